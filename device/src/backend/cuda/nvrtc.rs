@@ -1,0 +1,107 @@
+//! NVRTC: compiles the device program to PTX (for loading) or CUBIN (to prove it compiles for a target).
+//!
+//! cudarc loads `libnvrtc.so` at first use and panics if it is missing, so [`available`] is checked first and
+//! a missing library becomes [`DeviceError::BackendUnavailable`].
+
+use crate::error::DeviceError;
+use cudarc::nvrtc::sys;
+use std::ffi::{c_char, CString};
+
+/// What to produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// PTX for a virtual architecture (`compute_XX`), loadable by any newer driver.
+    Ptx,
+    /// A CUBIN for a real architecture (`sm_XX`).
+    Cubin,
+}
+
+/// True if the NVRTC library can be loaded.
+pub fn available() -> bool {
+    // SAFETY: only tries to dlopen the library; no NVRTC function is called.
+    std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
+}
+
+fn check(rc: sys::nvrtcResult, what: &str) -> Result<(), DeviceError> {
+    if rc == sys::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(DeviceError::BackendUnavailable(format!("nvrtc {what} failed: {rc:?}")))
+    }
+}
+
+/// Compiles `source` for compute capability `major.minor` (at least 7.0: the protocol uses `__nanosleep` and
+/// acquire/release PTX).
+pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output) -> Result<Vec<u8>, DeviceError> {
+    if major < 7 {
+        return Err(DeviceError::InvalidConfig(format!("compute capability {major}.{minor} is below 7.0")));
+    }
+    if !available() {
+        return Err(DeviceError::BackendUnavailable(
+            "the NVRTC library (libnvrtc.so) was not found; install it and put it on LD_LIBRARY_PATH".into(),
+        ));
+    }
+    let src = CString::new(source).map_err(|_| DeviceError::InvalidConfig("kernel source contains NUL".into()))?;
+    let cname = CString::new(name).map_err(|_| DeviceError::InvalidConfig("program name contains NUL".into()))?;
+    let arch = match output {
+        Output::Ptx => format!("--gpu-architecture=compute_{major}{minor}"),
+        Output::Cubin => format!("--gpu-architecture=sm_{major}{minor}"),
+    };
+    let options: Vec<CString> = [arch.as_str(), "--std=c++17", "-default-device"]
+        .iter()
+        .map(|o| CString::new(*o).expect("no NUL in options"))
+        .collect();
+    let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: valid NUL-terminated strings; no headers are passed (the program is flattened).
+    check(
+        unsafe { sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) },
+        "create",
+    )?;
+    let result = (|| {
+        // SAFETY: `prog` was created above; the option pointers outlive the call.
+        let rc = unsafe { sys::nvrtcCompileProgram(prog, option_ptrs.len() as i32, option_ptrs.as_ptr()) };
+        if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(DeviceError::InvalidConfig(format!("nvrtc compile ({arch}) failed:\n{}", log(prog))));
+        }
+        let mut size = 0usize;
+        let mut buf;
+        match output {
+            Output::Ptx => {
+                // SAFETY: `prog` compiled; the buffer has the size NVRTC asked for.
+                unsafe {
+                    check(sys::nvrtcGetPTXSize(prog, &mut size), "ptx size")?;
+                    buf = vec![0u8; size];
+                    check(sys::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut c_char), "ptx")?;
+                }
+            }
+            Output::Cubin => {
+                // SAFETY: as above.
+                unsafe {
+                    check(sys::nvrtcGetCUBINSize(prog, &mut size), "cubin size")?;
+                    buf = vec![0u8; size];
+                    check(sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char), "cubin")?;
+                }
+            }
+        }
+        Ok(buf)
+    })();
+    // SAFETY: destroys the program created above, once.
+    unsafe { sys::nvrtcDestroyProgram(&mut prog) };
+    result
+}
+
+fn log(prog: sys::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    // SAFETY: `prog` is a live program; the buffer has the size NVRTC reported.
+    unsafe {
+        if sys::nvrtcGetProgramLogSize(prog, &mut size) != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+            return String::from("(no log)");
+        }
+        let mut buf = vec![0u8; size];
+        if sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) != sys::nvrtcResult::NVRTC_SUCCESS {
+            return String::from("(log unavailable)");
+        }
+        String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+    }
+}

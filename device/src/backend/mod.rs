@@ -1,0 +1,129 @@
+//! Executors of the device code. The CPU backend runs the protocol on a pool of host threads; the CUDA backend
+//! runs it as a persistent kernel. Both lay out memory with the same C function (`rv_compute_layout`).
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::error::DeviceError;
+use crate::layout::{RawGridHeader, RawGridParams};
+
+/// Which executor runs the device code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Host threads run the real step functions (always available).
+    Cpu(cpu::CpuConfig),
+    /// A persistent CUDA kernel (needs an NVIDIA driver and NVRTC at run time).
+    Cuda(cuda::CudaConfig),
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::Cpu(cpu::CpuConfig::default())
+    }
+}
+
+/// What the device layer needs from an executor.
+pub(crate) trait Executor: Send + Sync {
+    /// The base of the shared region (header first).
+    fn shared_base(&self) -> *mut u8;
+    /// The host wrote a command or a message: make sure someone will look soon.
+    fn wake(&self);
+    /// Marks where replies may be waiting; `None` if the executor cannot tell (sweep every live slot).
+    fn dirty_slots(&self) -> Option<&DirtySet>;
+    /// Stops executing; afterwards nothing touches the regions. Idempotent.
+    fn shutdown(&self);
+    /// A short description for logs and benchmarks.
+    fn describe(&self) -> String;
+}
+
+/// Computes the layout for `params` (the C function both backends share) and returns the header to write.
+pub(crate) fn compute_layout(params: &RawGridParams) -> Result<RawGridHeader, DeviceError> {
+    // SAFETY: RawGridHeader is plain data; all-zero is a valid value that rv_compute_layout overwrites.
+    let mut header: RawGridHeader = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the duration of the call; the function only writes `header`.
+    let rc = unsafe { crate::ffi::rv_compute_layout(params, &mut header) };
+    if rc != 0 {
+        return Err(DeviceError::InvalidConfig(format!(
+            "the device rejected the layout {params:?}: capacities must be powers of two (at most 2^20), \
+             slot_count between 1 and 2^24, state_bytes a non-zero multiple of 64"
+        )));
+    }
+    Ok(header)
+}
+
+/// A bitmap of slots that may have replies waiting, set by executors and drained by the host poller.
+pub struct DirtySet {
+    words: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+impl DirtySet {
+    pub(crate) fn new(slots: u32) -> Self {
+        let words = (slots as usize).div_ceil(64);
+        Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect() }
+    }
+
+    pub(crate) fn mark(&self, slot: u32) {
+        use std::sync::atomic::Ordering;
+        let w = &self.words[(slot / 64) as usize];
+        let bit = 1u64 << (slot % 64);
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Calls `f` for each marked slot, clearing the marks first. Returns how many there were.
+    pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
+        use std::sync::atomic::Ordering;
+        let mut n = 0;
+        for (i, w) in self.words.iter().enumerate() {
+            if w.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = w.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f(i as u32 * 64 + b);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Memory from the host allocator, zeroed and page aligned (the CPU backend's regions).
+pub(crate) struct HostRegion {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the region is plain memory; concurrent access follows the protocol described in shared.rs.
+unsafe impl Send for HostRegion {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegion {}
+
+impl HostRegion {
+    pub(crate) fn zeroed(bytes: u64) -> Result<Self, DeviceError> {
+        let size = usize::try_from(bytes.max(64))
+            .map_err(|_| DeviceError::InvalidConfig(format!("region of {bytes} bytes is too large")))?;
+        let layout = std::alloc::Layout::from_size_align(size, 4096)
+            .map_err(|e| DeviceError::InvalidConfig(format!("region of {bytes} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(DeviceError::InvalidConfig(format!("could not allocate {bytes} bytes")));
+        }
+        Ok(Self { ptr, layout })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for HostRegion {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}

@@ -1,0 +1,45 @@
+//! Declarations of the host build of `kernels/` (compiled by `build.rs`).
+//!
+//! Only the CPU backend and the layout test call these. Every function here is the same C code NVRTC compiles
+//! for the GPU (plus a few host-only helpers at the end of `kernels/host/rv_host.cpp`).
+
+use crate::layout::{RawEnvelope, RawGridHeader, RawGridParams};
+use core::ffi::c_char;
+
+/// Opaque `rv_grid_view` (pointers into the two regions; allocated by the C side).
+#[repr(C)]
+pub struct RvGridView {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `rv_actor_ctx`.
+#[repr(C)]
+pub struct RvActorCtx {
+    _opaque: [u8; 0],
+}
+
+/// `rv_behaviour_fn`: a behaviour's entry point.
+pub type BehaviourFn = unsafe extern "C" fn(ctx: *mut RvActorCtx, msg: *const RawEnvelope) -> i32;
+
+/// One entry of `rv_layout_report`.
+#[repr(C)]
+pub struct LayoutEntry {
+    /// NUL-terminated name: `sizeof T`, `T.field` or a constant's name.
+    pub name: *const c_char,
+    /// Offset, size or value.
+    pub value: u64,
+    /// Field size, or alignment for a struct; 0 for constants.
+    pub extra: u64,
+}
+
+extern "C" {
+    pub fn rv_compute_layout(params: *const RawGridParams, header: *mut RawGridHeader) -> i32;
+    pub fn rv_cpu_grid_new(shared: *mut u8, local: *mut u8, table: *const Option<BehaviourFn>) -> *mut RvGridView;
+    pub fn rv_cpu_grid_free(view: *mut RvGridView);
+    pub fn rv_supervisor_step(view: *const RvGridView) -> u32;
+    pub fn rv_actor_step(view: *const RvGridView, slot: u32, budget: u32) -> u32;
+    pub fn rv_cpu_try_claim(flag: *mut u32) -> i32;
+    pub fn rv_cpu_release(flag: *mut u32);
+    pub fn rv_builtin_behaviour(id: u32) -> Option<BehaviourFn>;
+    pub fn rv_layout_report(count: *mut u32) -> *const LayoutEntry;
+}

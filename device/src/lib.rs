@@ -1,0 +1,36 @@
+//! # ringvisor-device
+//!
+//! The mechanism layer of ringvisor: the shared memory layout of the persistent kernel (mirrored from
+//! `kernels/`, the single source of truth), the host side of its rings, and the executors that run the device
+//! code: the CPU backend (host threads running the very same step functions) and the CUDA backend (a
+//! persistent kernel compiled by NVRTC).
+//!
+//! This crate knows nothing about supervision policy. It offers: create / kill / restart / drain / resume a
+//! slot, send messages, receive replies and events, read a slot's control block, inject faults.
+//! `ringvisor-supervisor` decides when to call them.
+//!
+//! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
+//! access to the shared region), and [`Device`] (the safe API).
+#![warn(missing_docs)]
+
+mod backend;
+pub mod behaviour;
+mod device;
+pub mod error;
+pub mod event;
+#[doc(hidden)]
+pub mod ffi;
+pub mod layout;
+pub mod message;
+mod shared;
+mod sync;
+
+pub use backend::cpu::CpuConfig;
+pub use backend::cuda::{driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaMode};
+pub use backend::Backend;
+pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
+pub use device::{CommandRequest, Device, DeviceConfig, DeviceStats, Fault, PendingCommand, SlotSnapshot};
+pub use error::{DeviceCode, DeviceError};
+pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
+pub use message::{decode_archived, encode_archived, pod_bytes, Envelope, Reply, PAYLOAD_BYTES};
+pub use sync::Stream;

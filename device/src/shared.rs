@@ -1,0 +1,255 @@
+//! Thin, checked access to the SHARED region (the host side of `kernels/rv_layout.h`).
+//!
+//! Every field the device also touches is read or written with a single-field atomic (acquire/release where
+//! it publishes or consumes data); envelopes and records are copied whole only while the protocol gives this
+//! side exclusive use of the cell (a producer before it publishes the index, a consumer before it releases
+//! it). No read-modify-write atomic is ever used on this region.
+
+use crate::layout::*;
+use std::ptr::addr_of_mut;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The host's handle on the shared region. It does not own the memory: the backend that allocated it keeps it
+/// alive for as long as the device exists.
+pub(crate) struct SharedGrid {
+    base: *mut u8,
+    config: RawGridHeader,
+}
+
+// SAFETY: the region is designed for concurrent use by the host and the device: every shared field is accessed
+// through atomics, and each ring cell is written by exactly one side at a time (single producer, single
+// consumer, ordered by release/acquire on the ring indices). The pointer stays valid while the backend lives.
+unsafe impl Send for SharedGrid {}
+// SAFETY: as above; `&SharedGrid` only hands out atomic accesses and copies of cells the caller owns.
+unsafe impl Sync for SharedGrid {}
+
+/// Loads a u32 field of the shared region.
+///
+/// # Safety
+/// `ptr` must point to a live, 4-byte aligned field of the shared region.
+pub(crate) unsafe fn load_u32(ptr: *mut u32, order: Ordering) -> u32 {
+    // SAFETY: the caller guarantees a valid, aligned pointer into memory that outlives this call.
+    unsafe { AtomicU32::from_ptr(ptr) }.load(order)
+}
+
+/// Stores a u32 field of the shared region.
+///
+/// # Safety
+/// `ptr` must point to a live, 4-byte aligned field of the shared region that this side owns.
+pub(crate) unsafe fn store_u32(ptr: *mut u32, value: u32, order: Ordering) {
+    // SAFETY: as for `load_u32`.
+    unsafe { AtomicU32::from_ptr(ptr) }.store(value, order)
+}
+
+/// Loads a u64 field of the shared region.
+///
+/// # Safety
+/// `ptr` must point to a live, 8-byte aligned field of the shared region.
+pub(crate) unsafe fn load_u64(ptr: *mut u64, order: Ordering) -> u64 {
+    // SAFETY: as for `load_u32`.
+    unsafe { AtomicU64::from_ptr(ptr) }.load(order)
+}
+
+impl SharedGrid {
+    /// Wraps a shared region whose header has been written by `rv_compute_layout`.
+    ///
+    /// # Safety
+    /// `base` must point to `config.shared_bytes` bytes, 64-byte aligned, that stay valid for the lifetime of
+    /// the returned value.
+    pub(crate) unsafe fn new(base: *mut u8) -> Self {
+        // SAFETY: the caller guarantees `base` points at a header written before the device started; the
+        // configuration lines are never written again.
+        let config = unsafe { std::ptr::read(base as *const RawGridHeader) };
+        Self { base, config }
+    }
+
+    /// The configuration lines of the header.
+    pub(crate) fn config(&self) -> &RawGridHeader {
+        &self.config
+    }
+
+    pub(crate) fn slot_count(&self) -> u32 {
+        self.config.slot_count
+    }
+
+    pub(crate) fn header(&self) -> *mut RawGridHeader {
+        self.base as *mut RawGridHeader
+    }
+
+    /// The control block of `slot`. Panics (a bug in this crate) if `slot` is out of range: public entry points
+    /// check slots and return errors before they get here.
+    pub(crate) fn block(&self, slot: u32) -> *mut RawControlBlock {
+        assert!(slot < self.config.slot_count, "slot index checked by the caller");
+        // SAFETY: in bounds of the control block array, which lies inside the region.
+        unsafe { (self.base.add(self.config.off_blocks as usize) as *mut RawControlBlock).add(slot as usize) }
+    }
+
+    fn cell(&self, offset: u64, slot: u32, capacity: u32, index: u32) -> *mut RawEnvelope {
+        assert!(slot < self.config.slot_count, "slot index checked by the caller");
+        let i = slot as usize * capacity as usize + (index & (capacity - 1)) as usize;
+        // SAFETY: `i` is below slot_count * capacity, the length of the array at `offset`.
+        unsafe { (self.base.add(offset as usize) as *mut RawEnvelope).add(i) }
+    }
+
+    pub(crate) fn inbox_cell(&self, slot: u32, index: u32) -> *mut RawEnvelope {
+        self.cell(self.config.off_inboxes, slot, self.config.inbox_capacity, index)
+    }
+
+    pub(crate) fn outbox_cell(&self, slot: u32, index: u32) -> *mut RawEnvelope {
+        self.cell(self.config.off_outboxes, slot, self.config.outbox_capacity, index)
+    }
+
+    /// Writes an envelope into an inbox cell the host owns (between the device's head and the host's tail).
+    pub(crate) fn write_inbox(&self, slot: u32, index: u32, env: &RawEnvelope) {
+        // SAFETY: the cell is in bounds; the caller (holding the slot's send lock) owns it: it is not yet
+        // published, and the device never writes inbox cells.
+        unsafe { std::ptr::write_volatile(self.inbox_cell(slot, index), *env) }
+    }
+
+    /// Reads back an inbox cell (a message the device did not consume).
+    pub(crate) fn read_inbox(&self, slot: u32, index: u32) -> RawEnvelope {
+        // SAFETY: the cell is in bounds; the device only reads inbox cells, and the host does not overwrite
+        // cells it has not yet reported (see the reclaim floor in device.rs).
+        unsafe { std::ptr::read_volatile(self.inbox_cell(slot, index)) }
+    }
+
+    /// Reads an outbox cell the device published (index below the acquired outbox tail).
+    pub(crate) fn read_outbox(&self, slot: u32, index: u32) -> RawEnvelope {
+        // SAFETY: in bounds; published by the device with a release store the caller acquired, and not
+        // reused by the device until the host moves outbox_head past it.
+        unsafe { std::ptr::read_volatile(self.outbox_cell(slot, index)) }
+    }
+
+    /// Writes a command record the host owns (not yet published).
+    pub(crate) fn write_command(&self, index: u32, cmd: &RawCommand) {
+        let i = (index & (self.config.command_capacity - 1)) as usize;
+        // SAFETY: in bounds of the command ring; the single producer (behind the command lock) owns the cell
+        // until it publishes command_tail.
+        unsafe {
+            let ring = self.base.add(self.config.off_commands as usize) as *mut RawCommand;
+            std::ptr::write_volatile(ring.add(i), *cmd)
+        }
+    }
+
+    /// Reads an event record the device published.
+    pub(crate) fn read_event(&self, index: u32) -> RawEvent {
+        let i = (index & (self.config.event_capacity - 1)) as usize;
+        // SAFETY: in bounds; published by block 0 and not reused until the host moves event_head past it.
+        unsafe {
+            let ring = self.base.add(self.config.off_events as usize) as *const RawEvent;
+            std::ptr::read_volatile(ring.add(i))
+        }
+    }
+
+    /// The device's inbox head of `slot` (first message not yet consumed).
+    pub(crate) fn inbox_head(&self, slot: u32) -> u32 {
+        // SAFETY: aligned field of a live control block.
+        unsafe { load_u32(addr_of_mut!((*self.block(slot)).inbox_head), Ordering::Acquire) }
+    }
+
+    /// Publishes the host's inbox tail of `slot` (the caller holds the slot's send lock).
+    pub(crate) fn publish_inbox_tail(&self, slot: u32, tail: u32) {
+        // SAFETY: aligned, host-owned field of a live control block.
+        unsafe { store_u32(addr_of_mut!((*self.block(slot)).inbox_tail), tail, Ordering::Release) }
+    }
+
+    /// The device's outbox tail of `slot` (one past the last published reply).
+    pub(crate) fn outbox_tail(&self, slot: u32) -> u32 {
+        // SAFETY: aligned field of a live control block.
+        unsafe { load_u32(addr_of_mut!((*self.block(slot)).outbox_tail), Ordering::Acquire) }
+    }
+
+    /// Releases outbox cells up to `head` back to the device (the caller is the single outbox consumer).
+    pub(crate) fn release_outbox(&self, slot: u32, head: u32) {
+        // SAFETY: aligned, host-owned field of a live control block.
+        unsafe { store_u32(addr_of_mut!((*self.block(slot)).outbox_head), head, Ordering::Release) }
+    }
+
+    /// Writes the host-owned fault-injection fields of `slot` (flags first, then the sequence number).
+    pub(crate) fn write_faults(&self, slot: u32, flags: u32, seq: u32) {
+        let b = self.block(slot);
+        // SAFETY: aligned, host-owned fields of a live control block.
+        unsafe {
+            store_u32(addr_of_mut!((*b).fault_flags), flags, Ordering::Release);
+            store_u32(addr_of_mut!((*b).fault_seq), seq, Ordering::Release);
+        }
+    }
+
+    /// Records the op of the command the host has in flight for `slot` (diagnostics only).
+    pub(crate) fn write_pending_op(&self, slot: u32, op: u32) {
+        // SAFETY: aligned, host-owned field of a live control block.
+        unsafe { store_u32(addr_of_mut!((*self.block(slot)).host_pending_op), op, Ordering::Relaxed) }
+    }
+
+    /// Block 0's command-ring head (commands consumed).
+    pub(crate) fn command_head(&self) -> u32 {
+        // SAFETY: aligned field of the live header.
+        unsafe { load_u32(addr_of_mut!((*self.header()).command_head), Ordering::Acquire) }
+    }
+
+    /// Publishes the host's command-ring tail (the caller is the single command producer).
+    pub(crate) fn publish_command_tail(&self, tail: u32) {
+        // SAFETY: aligned, host-owned field of the live header.
+        unsafe { store_u32(addr_of_mut!((*self.header()).command_tail), tail, Ordering::Release) }
+    }
+
+    /// Block 0's event-ring tail (one past the last published event).
+    pub(crate) fn event_tail(&self) -> u32 {
+        // SAFETY: aligned field of the live header.
+        unsafe { load_u32(addr_of_mut!((*self.header()).event_tail), Ordering::Acquire) }
+    }
+
+    /// Releases event records up to `head` back to block 0 (the caller is the single event consumer).
+    pub(crate) fn release_events(&self, head: u32) {
+        // SAFETY: aligned, host-owned field of the live header.
+        unsafe { store_u32(addr_of_mut!((*self.header()).event_head), head, Ordering::Release) }
+    }
+
+    /// Asks the persistent kernel to leave its loop.
+    pub(crate) fn request_terminate(&self) {
+        // SAFETY: aligned, host-owned field of the live header.
+        unsafe { store_u32(addr_of_mut!((*self.header()).terminate), 1, Ordering::Release) }
+    }
+
+    /// A consistent-enough copy of a control block, field by field (each read is atomic, the whole is not).
+    pub(crate) fn snapshot(&self, slot: u32) -> RawControlBlock {
+        let b = self.block(slot);
+        // SAFETY: every pointer below is an aligned field of a live control block.
+        unsafe {
+            let mut s: RawControlBlock = std::mem::zeroed();
+            s.state = load_u32(addr_of_mut!((*b).state), Ordering::Acquire);
+            s.generation = load_u32(addr_of_mut!((*b).generation), Ordering::Relaxed);
+            s.heartbeat = load_u64(addr_of_mut!((*b).heartbeat), Ordering::Relaxed);
+            s.messages_processed = load_u64(addr_of_mut!((*b).messages_processed), Ordering::Relaxed);
+            s.last_error = load_u32(addr_of_mut!((*b).last_error) as *mut u32, Ordering::Relaxed) as i32;
+            s.behaviour = load_u32(addr_of_mut!((*b).behaviour), Ordering::Relaxed);
+            s.hlc = load_u64(addr_of_mut!((*b).hlc), Ordering::Relaxed);
+            s.failed_index = load_u32(addr_of_mut!((*b).failed_index), Ordering::Relaxed);
+            s.k2k_sent = load_u32(addr_of_mut!((*b).k2k_sent), Ordering::Relaxed);
+            s.k2k_received = load_u32(addr_of_mut!((*b).k2k_received), Ordering::Relaxed);
+            s.k2k_dropped = load_u32(addr_of_mut!((*b).k2k_dropped), Ordering::Relaxed);
+            s.bad_envelopes = load_u32(addr_of_mut!((*b).bad_envelopes), Ordering::Relaxed);
+            s.fault_flags = load_u32(addr_of_mut!((*b).fault_flags), Ordering::Relaxed);
+            s.fault_seq = load_u32(addr_of_mut!((*b).fault_seq), Ordering::Relaxed);
+            s.inbox_head = load_u32(addr_of_mut!((*b).inbox_head), Ordering::Acquire);
+            s.outbox_tail = load_u32(addr_of_mut!((*b).outbox_tail), Ordering::Acquire);
+            s.stall_until_ns = load_u64(addr_of_mut!((*b).stall_until_ns), Ordering::Relaxed);
+            s.inbox_tail = load_u32(addr_of_mut!((*b).inbox_tail), Ordering::Relaxed);
+            s.outbox_head = load_u32(addr_of_mut!((*b).outbox_head), Ordering::Relaxed);
+            s
+        }
+    }
+
+    /// Block 0's heartbeat and counters.
+    pub(crate) fn supervisor_counters(&self) -> (u64, u64, u64) {
+        let h = self.header();
+        // SAFETY: aligned fields of the live header.
+        unsafe {
+            (
+                load_u64(addr_of_mut!((*h).supervisor_heartbeat), Ordering::Relaxed),
+                load_u64(addr_of_mut!((*h).commands_processed), Ordering::Relaxed),
+                load_u64(addr_of_mut!((*h).events_published), Ordering::Relaxed),
+            )
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Small hand-off primitives usable from both sync and async code: a one-shot [`Completion`] and an
+//! unbounded multi-consumer [`Stream`]. tokio's channels cannot wait with a timeout from plain threads, and
+//! std's cannot be awaited; these do both.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the data inconsistent (single assignments).
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A value delivered once.
+pub(crate) struct Completion<T> {
+    value: Mutex<Option<T>>,
+    cond: Condvar,
+    notify: Notify,
+}
+
+impl<T> Completion<T> {
+    pub(crate) fn new() -> Self {
+        Self { value: Mutex::new(None), cond: Condvar::new(), notify: Notify::new() }
+    }
+
+    /// Delivers the value (a second delivery replaces an unread first one; callers deliver once).
+    pub(crate) fn complete(&self, value: T) {
+        *lock(&self.value) = Some(value);
+        self.cond.notify_all();
+        self.notify.notify_one();
+    }
+
+    pub(crate) fn wait_blocking(&self, timeout: Duration) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut guard = lock(&self.value);
+        loop {
+            if let Some(v) = guard.take() {
+                return Some(v);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            guard = self.cond.wait_timeout(guard, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    pub(crate) async fn wait(&self, timeout: Duration) -> Option<T> {
+        let fut = async {
+            loop {
+                let notified = self.notify.notified();
+                if let Some(v) = lock(&self.value).take() {
+                    return v;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, fut).await.ok()
+    }
+}
+
+/// An unbounded queue with any number of consumers; closed when the device shuts down.
+pub struct Stream<T> {
+    inner: std::sync::Arc<StreamInner<T>>,
+}
+
+pub(crate) struct StreamInner<T> {
+    items: Mutex<(VecDeque<T>, bool)>,
+    cond: Condvar,
+    notify: Notify,
+}
+
+impl<T> Clone for Stream<T> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<T> Stream<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: std::sync::Arc::new(StreamInner {
+                items: Mutex::new((VecDeque::new(), false)),
+                cond: Condvar::new(),
+                notify: Notify::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<StreamInner<T>> {
+        std::sync::Arc::downgrade(&self.inner)
+    }
+
+    pub(crate) fn push_to(inner: &StreamInner<T>, item: T) {
+        lock(&inner.items).0.push_back(item);
+        inner.cond.notify_one();
+        inner.notify.notify_waiters();
+    }
+
+    pub(crate) fn push(&self, item: T) {
+        Self::push_to(&self.inner, item)
+    }
+
+    pub(crate) fn close_inner(inner: &StreamInner<T>) {
+        lock(&inner.items).1 = true;
+        inner.cond.notify_all();
+        inner.notify.notify_waiters();
+    }
+
+    pub(crate) fn close(&self) {
+        Self::close_inner(&self.inner)
+    }
+
+    /// Takes the next item if one is queued.
+    pub fn try_recv(&self) -> Option<T> {
+        lock(&self.inner.items).0.pop_front()
+    }
+
+    /// Waits up to `timeout` for the next item; `None` on timeout or when closed and empty.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut guard = lock(&self.inner.items);
+        loop {
+            if let Some(v) = guard.0.pop_front() {
+                return Some(v);
+            }
+            let now = Instant::now();
+            if guard.1 || now >= deadline {
+                return None;
+            }
+            guard = self.inner.cond.wait_timeout(guard, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Waits for the next item; `None` when closed and empty.
+    pub async fn recv(&self) -> Option<T> {
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut guard = lock(&self.inner.items);
+                if let Some(v) = guard.0.pop_front() {
+                    return Some(v);
+                }
+                if guard.1 {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Items queued now.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.items).0.len()
+    }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

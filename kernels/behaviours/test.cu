@@ -1,0 +1,49 @@
+/*
+ * test: a behaviour for fault tests.
+ *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON);
+ *   a message whose first 8 bytes equal the poison value fails the actor with RV_ERR_POISON;
+ *   otherwise the first uint32 is an op:
+ *     1 echo             reply with the payload
+ *     2 fail   code:u32  fail with that code (RV_ERR_USER_BASE if 0)
+ *     3 stall  ns:u64@8  reply, then make no progress (and no heartbeat) for ns nanoseconds or until killed
+ *     4 forward dst:u32  send payload[8..] to slot dst (kernel-to-kernel); no reply from this actor
+ *   any other op is answered with an RV_KIND_ERROR.
+ */
+#include "../rv_behaviour.h"
+
+#define RV_TEST_DEFAULT_POISON 0xDEADDEADDEADDEADull
+#define RV_TEST_ECHO 1u
+#define RV_TEST_FAIL 2u
+#define RV_TEST_STALL 3u
+#define RV_TEST_FORWARD 4u
+
+typedef struct rv_test_state {
+    uint64_t poison;
+} rv_test_state;
+
+RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg) {
+    rv_test_state *s = (rv_test_state *)rv_state(ctx);
+    if (msg->kind == RV_KIND_INIT) {
+        s->poison = msg->payload_len >= 8 ? rv_read_u64(msg->payload) : RV_TEST_DEFAULT_POISON;
+        return RV_OK;
+    }
+    if (msg->payload_len >= 8 && rv_read_u64(msg->payload) == s->poison) return RV_ERR_POISON;
+    if (msg->payload_len < 4) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
+    uint32_t op = rv_read_u32(msg->payload);
+    if (op == RV_TEST_ECHO) return rv_reply(ctx, msg->payload, msg->payload_len);
+    if (op == RV_TEST_FAIL) {
+        uint32_t code = msg->payload_len >= 8 ? rv_read_u32(msg->payload + 4) : 0;
+        return (code == 0 || code > 0x7FFFFFFFu) ? RV_ERR_USER_BASE : (int)code;
+    }
+    if (op == RV_TEST_STALL && msg->payload_len >= 16) {
+        rv_stall_for(ctx, rv_read_u64(msg->payload + 8));
+        return rv_reply(ctx, msg->payload, msg->payload_len);
+    }
+    if (op == RV_TEST_FORWARD && msg->payload_len >= 8) {
+        uint32_t dst = rv_read_u32(msg->payload + 4);
+        int rc = rv_send(ctx, dst, msg->payload + 8, msg->payload_len - 8u);
+        if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
+        return RV_OK;
+    }
+    return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, op);
+}

@@ -1,0 +1,5 @@
+/* The built-in behaviours, in one unit (included by the host build and by every NVRTC program). */
+#include "behaviours/echo.cu"
+#include "behaviours/counter.cu"
+#include "behaviours/kv.cu"
+#include "behaviours/test.cu"

@@ -1,0 +1,40 @@
+/*
+ * rv_host.cpp - the CPU backend's build of the device code: the protocol and the built-in behaviours, plus
+ * the few host-only helpers the Rust executor calls (slot-group claims, behaviour table, layout report).
+ * Built by device/build.rs with the cc crate.
+ */
+#include <stdlib.h>
+
+#include "../rv_protocol.cu"
+#include "../builtins.cu"
+
+extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
+    switch (id) {
+    case RV_BEHAVIOUR_ECHO: return rv_behaviour_echo;
+    case RV_BEHAVIOUR_COUNTER: return rv_behaviour_counter;
+    case RV_BEHAVIOUR_KV: return rv_behaviour_kv;
+    case RV_BEHAVIOUR_TEST: return rv_behaviour_test;
+    default: return 0;
+    }
+}
+
+/* A view over the two regions; NULL if the header is not a ringvisor grid. Free with rv_cpu_grid_free. */
+extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_behaviour_fn *table) {
+    rv_grid_view *v = (rv_grid_view *)calloc(1, sizeof(rv_grid_view));
+    if (v == 0) return 0;
+    if (rv_grid_view_init(v, shared, local, table) != RV_OK) {
+        free(v);
+        return 0;
+    }
+    for (uint32_t s = 0; s < v->slot_count; ++s) rv_init_local_slot(v, s);
+    return v;
+}
+
+extern "C" void rv_cpu_grid_free(rv_grid_view *v) { free(v); }
+
+/* Slot-group claims for the worker pool: one worker runs a group's actor steps at a time. Done here, in
+ * the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */
+extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
+extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
+
+#include "rv_layout_report.inc"

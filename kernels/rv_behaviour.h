@@ -1,0 +1,65 @@
+/*
+ * rv_behaviour.h - what a behaviour (built-in or user-written) sees.
+ *
+ * A behaviour is one device function:
+ *
+ *     RV_BEHAVIOUR_FN int my_behaviour(rv_actor_ctx *ctx, const rv_envelope *msg);
+ *
+ * called once with msg->kind == RV_KIND_INIT when the slot is (re)created (payload = the init bytes; the state
+ * region is zeroed before), then once per message (RV_KIND_USER from the host, RV_KIND_K2K from another actor).
+ * It returns RV_OK, RV_STALL ("not now": the message stays queued and is offered again later), or a failure
+ * code > 0, which moves the slot to Failed. Each message is a transaction: a reply and kernel-to-kernel sends
+ * are published only if the behaviour returns RV_OK, and discarded otherwise.
+ */
+#ifndef RV_BEHAVIOUR_H
+#define RV_BEHAVIOUR_H
+
+#include "rv_layout.h"
+
+/* Built-in behaviour ids. User behaviours take ids from RV_FIRST_USER_BEHAVIOUR to RV_MAX_BEHAVIOURS - 1. */
+#define RV_BEHAVIOUR_ECHO 1u
+#define RV_BEHAVIOUR_COUNTER 2u
+#define RV_BEHAVIOUR_KV 3u
+#define RV_BEHAVIOUR_TEST 4u
+#define RV_FIRST_USER_BEHAVIOUR 16u
+
+#if RV_CUDA
+#define RV_BEHAVIOUR_FN __device__ static
+#else
+#define RV_BEHAVIOUR_FN static
+#endif
+
+typedef struct rv_actor_ctx rv_actor_ctx;
+typedef int (*rv_behaviour_fn)(rv_actor_ctx *ctx, const rv_envelope *msg);
+
+/* The behaviour's state region (zeroed at every (re)creation) and its size in bytes. */
+RV_API void *rv_state(rv_actor_ctx *ctx);
+RV_API uint32_t rv_state_bytes(rv_actor_ctx *ctx);
+/* This actor's slot index and generation. */
+RV_API uint32_t rv_self(rv_actor_ctx *ctx);
+RV_API uint32_t rv_generation(rv_actor_ctx *ctx);
+/* Device clock, nanoseconds. */
+RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx);
+/* Reply to the host (at most once per message; a no-op when the sender asked for no reply). */
+RV_API int rv_reply(rv_actor_ctx *ctx, const void *payload, uint32_t len);
+/* Answer the host with an error code instead of a reply (same rules as rv_reply). */
+RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail);
+/* Send to another actor's kernel-to-kernel inbox (at most RV_MAX_SENDS_PER_MESSAGE per message).
+ * Returns RV_ERR_SLOT_RANGE, RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure. */
+RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
+/* Stop making progress (and stop the heartbeat) for ns nanoseconds, or until the slot is killed. */
+RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns);
+
+/* Little helpers for payload decoding. */
+RV_FN uint32_t rv_read_u32(const uint8_t *p) {
+    uint32_t v;
+    rv_copy_bytes(&v, p, 4);
+    return v;
+}
+RV_FN uint64_t rv_read_u64(const uint8_t *p) {
+    uint64_t v;
+    rv_copy_bytes(&v, p, 8);
+    return v;
+}
+
+#endif /* RV_BEHAVIOUR_H */

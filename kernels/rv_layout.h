@@ -1,0 +1,286 @@
+/*
+ * rv_layout.h - THE definition of every structure shared between the host and the persistent kernel.
+ *
+ * The Rust mirror in device/src/layout.rs is checked against this file by a test that compiles
+ * rv_layout_report.cpp and compares every size, offset and constant (see device/tests/layout.rs).
+ *
+ * Memory is split in two regions:
+ *   - the SHARED region (host-visible: mapped pinned memory on CUDA): grid header, control blocks,
+ *     command ring, event ring, per-slot inboxes (host -> device) and outboxes (device -> host);
+ *   - the LOCAL region (device memory on CUDA): block 0's private per-slot records, the attention
+ *     bitmap, the kernel-to-kernel rings and the behaviours' state regions.
+ * Read-modify-write atomics are used only in the LOCAL region. Every ring in the SHARED region has
+ * exactly one producer and one consumer and uses only loads, stores and fences.
+ *
+ * All ring indices are free-running uint32_t counters; capacities are powers of two.
+ */
+#ifndef RV_LAYOUT_H
+#define RV_LAYOUT_H
+
+#include "rv_port.h"
+
+#define RV_MAGIC 0x52564752u /* "RGVR" */
+#define RV_PROTOCOL_VERSION 1u
+#define RV_PAYLOAD_BYTES 96u
+#define RV_INIT_BYTES 96u
+#define RV_MAX_BEHAVIOURS 256u
+#define RV_NO_INDEX 0xFFFFFFFFu
+#define RV_HOST_ENDPOINT 0xFFFFFFFFu
+#define RV_MAX_SENDS_PER_MESSAGE 4u
+
+/* Lifecycle of a slot. */
+#define RV_STATE_DORMANT 0u
+#define RV_STATE_INITIALIZING 1u
+#define RV_STATE_ACTIVE 2u
+#define RV_STATE_DRAINING 3u
+#define RV_STATE_TERMINATED 4u
+#define RV_STATE_FAILED 5u
+
+/* Commands, host -> block 0. */
+#define RV_OP_NONE 0u
+#define RV_OP_CREATE 1u
+#define RV_OP_KILL 2u
+#define RV_OP_RESTART 3u
+#define RV_OP_DRAIN 4u
+#define RV_OP_RESUME 5u
+
+/* Events, block 0 -> host. */
+#define RV_EVT_CREATED 1u       /* slot Active after Create */
+#define RV_EVT_CREATE_FAILED 2u /* the behaviour's init failed: slot Failed */
+#define RV_EVT_KILLED 3u        /* slot Terminated by Kill */
+#define RV_EVT_RESTARTED 4u     /* slot Active again after Restart (new generation) */
+#define RV_EVT_DRAINING 5u      /* slot Draining */
+#define RV_EVT_DRAINED 6u       /* drain finished: slot Terminated */
+#define RV_EVT_RESUMED 7u       /* slot Active again after Resume */
+#define RV_EVT_FAILED 8u        /* the actor reported a failure: slot Failed */
+#define RV_EVT_REJECTED 9u      /* a command was rejected; nothing changed */
+
+/* Envelope kinds and flags. */
+#define RV_KIND_USER 1u  /* host -> actor */
+#define RV_KIND_REPLY 2u /* actor -> host */
+#define RV_KIND_INIT 3u  /* creation: the init bytes, handed to the behaviour once */
+#define RV_KIND_K2K 4u   /* actor -> actor */
+#define RV_KIND_ERROR 5u /* device -> host: the message was rejected; payload is an rv_error_payload */
+#define RV_KIND_VOID 6u  /* a kernel-to-kernel cell whose send was aborted: skipped by the consumer */
+#define RV_FLAG_NO_REPLY 1u
+
+/* Fault-injection bits (control block, host-written line). Executed by the device code. */
+#define RV_FAULT_CRASH_NEXT 1u /* fail with RV_ERR_INJECTED on the next message */
+#define RV_FAULT_STALL 2u      /* stop making progress (and stop the heartbeat) while set */
+
+/* Result and error codes. 0 = ok; > 0 = failure codes; RV_STALL: "not now, try again later". */
+#define RV_OK 0
+#define RV_STALL (-1)
+#define RV_ERR_SLOT_RANGE 1
+#define RV_ERR_UNKNOWN_BEHAVIOUR 2
+#define RV_ERR_ILLEGAL_TRANSITION 3
+#define RV_ERR_STALE_GENERATION 4
+#define RV_ERR_BUSY 5
+#define RV_ERR_BAD_COMMAND 6
+#define RV_ERR_BAD_ENVELOPE 7
+#define RV_ERR_PAYLOAD_TOO_LARGE 8
+#define RV_ERR_LIMIT 9
+#define RV_ERR_K2K_FULL 10
+#define RV_ERR_NOT_ALLOWED 11
+#define RV_ERR_INJECTED 12
+#define RV_ERR_POISON 13
+#define RV_ERR_USER_BASE 1000 /* behaviours report their own failures from here on */
+
+/* Step results (bit set). */
+#define RV_STEP_PROGRESS 1u  /* did some work */
+#define RV_STEP_REPLIED 2u   /* published something the host should read */
+#define RV_STEP_ATTENTION 4u /* asked block 0 to look at this slot */
+
+/* ---------------------------------------------------------------------------------------------------
+ * Envelope: 128 bytes. Header 32 bytes, payload 96 bytes.
+ * ------------------------------------------------------------------------------------------------- */
+typedef struct RV_ALIGN(16) rv_envelope {
+    uint8_t kind;
+    uint8_t flags;
+    uint16_t payload_len;
+    uint32_t source;      /* slot index, or RV_HOST_ENDPOINT */
+    uint32_t destination; /* slot index, or RV_HOST_ENDPOINT */
+    uint32_t generation;  /* replies: generation of the replying actor */
+    uint64_t correlation;
+    uint64_t hlc; /* hybrid logical clock: (physical ms << 16) | logical */
+    uint8_t payload[RV_PAYLOAD_BYTES];
+} rv_envelope;
+
+/* Payload of an RV_KIND_ERROR envelope. */
+typedef struct rv_error_payload {
+    int32_t code;
+    uint32_t detail;
+} rv_error_payload;
+
+/* ---------------------------------------------------------------------------------------------------
+ * Control block: 256 bytes, 64-byte aligned, four cache lines grouped by writer.
+ * ------------------------------------------------------------------------------------------------- */
+typedef struct RV_ALIGN(64) rv_control_block {
+    /* line 0: lifecycle and counters, written by the device (block 0 while the slot is not running,
+     * the actor itself while it is). */
+    uint32_t state;
+    uint32_t generation;
+    uint64_t heartbeat;
+    uint64_t messages_processed;
+    int32_t last_error;
+    uint32_t behaviour;
+    uint64_t hlc;
+    uint32_t failed_index; /* inbox index of the message being processed at failure, or RV_NO_INDEX */
+    uint32_t request_ack;  /* last block-0 request the actor carried out */
+    uint32_t k2k_sent;
+    uint32_t k2k_received;
+    uint32_t k2k_dropped; /* kernel-to-kernel messages discarded (restart, crash while processing) */
+    uint32_t bad_envelopes;
+
+    /* line 1: written by the host. */
+    uint32_t host_pending_op; /* op of the command the host has in flight for this slot (diagnostics) */
+    uint32_t host_flags;
+    uint32_t fault_flags;
+    uint32_t fault_seq;
+    uint64_t fault_arg;
+    uint8_t host_reserved[40];
+
+    /* line 2: device-written ring indices, and block 0's requests to the actor. */
+    uint32_t inbox_head;  /* consumer of the inbox: the actor */
+    uint32_t outbox_tail; /* producer of the outbox: the actor */
+    uint32_t request;     /* RV_OP_KILL / RV_OP_DRAIN / RV_OP_RESUME */
+    uint32_t request_seq; /* block 0 bumps it (release) after writing request and drain_until */
+    uint32_t drain_until; /* inbox index at which a drain is complete */
+    uint32_t fault_ack;   /* last fault_seq whose one-shot fault the actor consumed */
+    uint64_t stall_until_ns; /* the behaviour asked to stall (no progress, no heartbeat) until then */
+    uint8_t device_reserved[32];
+
+    /* line 3: host-written ring indices. */
+    uint32_t inbox_tail;  /* producer of the inbox: the host */
+    uint32_t outbox_head; /* consumer of the outbox: the host */
+    uint8_t host_index_reserved[56];
+} rv_control_block;
+
+/* ---------------------------------------------------------------------------------------------------
+ * Command (host -> block 0) and event (block 0 -> host) records.
+ * ------------------------------------------------------------------------------------------------- */
+typedef struct RV_ALIGN(16) rv_command {
+    uint32_t op;
+    uint32_t slot;
+    uint32_t expected_generation;
+    uint32_t behaviour;
+    uint64_t cmd_id;
+    uint32_t inbox_index; /* Create/Restart: first inbox index of the new incarnation; Drain: drain_until */
+    uint32_t init_len;
+    uint8_t init[RV_INIT_BYTES];
+} rv_command;
+
+typedef struct RV_ALIGN(16) rv_event {
+    uint32_t kind;
+    uint32_t slot;
+    uint32_t generation; /* after the event */
+    uint32_t state;      /* after the event */
+    int32_t code;        /* error code (rejections, failures) */
+    uint32_t inbox_head; /* first inbox index the previous incarnation did not consume */
+    uint32_t failed_index;
+    uint32_t k2k_dropped;
+    uint64_t cmd_id; /* 0 for events no command caused */
+    uint64_t time_ns;
+    uint64_t messages_processed;
+    uint32_t op;
+    uint32_t reserved;
+} rv_event;
+
+/* ---------------------------------------------------------------------------------------------------
+ * Grid header: 576 bytes, nine lines.
+ * ------------------------------------------------------------------------------------------------- */
+typedef struct RV_ALIGN(64) rv_grid_header {
+    /* lines 0-2: configuration, written by the host before the kernel starts, read-only after. */
+    uint32_t magic;
+    uint32_t version;
+    uint32_t slot_count;
+    uint32_t inbox_capacity;
+    uint32_t outbox_capacity;
+    uint32_t k2k_capacity;
+    uint32_t command_capacity;
+    uint32_t event_capacity;
+    uint32_t state_bytes;
+    uint32_t payload_bytes;
+    uint64_t shared_bytes;
+    uint64_t local_bytes;
+    uint64_t off_blocks;
+    uint64_t off_commands;
+    uint64_t off_events;
+    uint64_t off_inboxes;
+    uint64_t off_outboxes;
+    uint64_t off_sv_records;
+    uint64_t off_attention;
+    uint64_t off_k2k_meta;
+    uint64_t off_k2k_cells;
+    uint64_t off_state;
+    uint8_t config_reserved[56];
+
+    /* line 3: host runtime flags. */
+    uint32_t terminate;
+    uint8_t host_reserved[60];
+
+    /* line 4: written by block 0. */
+    uint64_t supervisor_heartbeat;
+    uint64_t commands_processed;
+    uint64_t events_published;
+    uint8_t device_reserved[40];
+
+    /* lines 5-8: command ring and event ring indices, producer and consumer on separate lines. */
+    uint32_t command_tail; /* host */
+    uint8_t pad4[60];
+    uint32_t command_head; /* block 0 */
+    uint8_t pad5[60];
+    uint32_t event_tail; /* block 0 */
+    uint8_t pad6[60];
+    uint32_t event_head; /* host */
+    uint8_t pad7[60];
+} rv_grid_header;
+
+/* ---------------------------------------------------------------------------------------------------
+ * LOCAL region records.
+ * ------------------------------------------------------------------------------------------------- */
+
+/* Block 0's private view of a slot. */
+typedef struct RV_ALIGN(64) rv_sv_record {
+    uint32_t pending_op;     /* a command waiting for the actor to acknowledge a request */
+    uint32_t reported_state; /* the state the host was last told about */
+    uint8_t reserved[56];
+    rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */
+} rv_sv_record;
+
+/* Per-slot kernel-to-kernel ring indices: multi-producer tail and single-consumer head, separate lines. */
+typedef struct RV_ALIGN(64) rv_k2k_meta {
+    uint32_t tail; /* producers reserve with CAS */
+    uint8_t pad0[60];
+    uint32_t head; /* the actor (or block 0 while the slot is not running) */
+    uint8_t pad1[60];
+} rv_k2k_meta;
+
+/* A kernel-to-kernel cell: bounded MPSC queue cell with a sequence number (Vyukov). */
+typedef struct RV_ALIGN(16) rv_k2k_cell {
+    uint32_t seq;
+    uint32_t reserved[3];
+    rv_envelope env;
+} rv_k2k_cell;
+
+/* Region sizes requested by the host. */
+typedef struct rv_grid_params {
+    uint32_t slot_count;
+    uint32_t inbox_capacity;
+    uint32_t outbox_capacity;
+    uint32_t k2k_capacity;
+    uint32_t command_capacity;
+    uint32_t event_capacity;
+    uint32_t state_bytes;
+} rv_grid_params;
+
+RV_STATIC_ASSERT(sizeof(rv_envelope) == 128, "envelope is 128 bytes");
+RV_STATIC_ASSERT(sizeof(rv_control_block) == 256, "control block is 256 bytes");
+RV_STATIC_ASSERT(sizeof(rv_command) == 128, "command is 128 bytes");
+RV_STATIC_ASSERT(sizeof(rv_event) == 64, "event is 64 bytes");
+RV_STATIC_ASSERT(sizeof(rv_grid_header) == 576, "grid header is 576 bytes");
+RV_STATIC_ASSERT(sizeof(rv_sv_record) == 192, "supervisor record is 192 bytes");
+RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
+RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");
+
+#endif /* RV_LAYOUT_H */

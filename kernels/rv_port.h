@@ -1,0 +1,150 @@
+/*
+ * rv_port.h - the portability layer of ringvisor's device code.
+ *
+ * The protocol in this directory is compiled twice: by NVRTC as CUDA (for the GPU) and by the host C++
+ * compiler (for the CPU backend, which runs the very same step functions on a pool of host threads).
+ * This header maps the few intrinsics the protocol needs onto each target:
+ *
+ *   - single-field loads/stores with acquire/release ordering (host<->device and device<->device);
+ *   - device-scope read-modify-write atomics (only ever used on device-local memory, never across PCIe);
+ *   - fences, a clock, and a polite sleep.
+ *
+ * Nothing else in kernels/ may use a target-specific intrinsic directly.
+ */
+#ifndef RV_PORT_H
+#define RV_PORT_H
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define RV_CUDA 1
+#else
+#define RV_CUDA 0
+#endif
+
+#if RV_CUDA
+/* NVRTC provides no libc headers: fixed-width types by hand. */
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+#define RV_FN __device__ static inline
+#define RV_API extern "C" __device__
+#define RV_ALIGN(n) __align__(n)
+#define RV_STATIC_ASSERT(c, m) static_assert(c, m)
+#define RV_OFFSETOF(t, f) ((uint32_t)(unsigned long long)(&((t *)0)->f))
+#else
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <sched.h>
+#define RV_FN static inline
+#define RV_API extern "C"
+#define RV_ALIGN(n) alignas(n)
+#define RV_STATIC_ASSERT(c, m) static_assert(c, m)
+#define RV_OFFSETOF(t, f) ((uint32_t)offsetof(t, f))
+#endif
+
+/* ---------------------------------------------------------------------------------------------------
+ * Single-field atomics. "sys" scope on CUDA: these fields live in mapped host memory or are read by the host.
+ * ------------------------------------------------------------------------------------------------- */
+#if RV_CUDA
+RV_FN uint32_t rv_load_acquire_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+RV_FN void rv_store_release_u32(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+RV_FN uint64_t rv_load_acquire_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+RV_FN void rv_store_release_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+RV_FN uint32_t rv_load_relaxed_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+RV_FN void rv_store_relaxed_u32(uint32_t *p, uint32_t v) {
+    asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+RV_FN void rv_store_relaxed_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+RV_FN uint64_t rv_load_relaxed_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+/* Device-scope RMW, for device-local memory only (kernel-to-kernel rings, attention bitmap). */
+RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
+    __threadfence();
+    uint32_t old = atomicCAS(p, expected, desired);
+    __threadfence();
+    return old;
+}
+RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) {
+    __threadfence();
+    uint32_t old = atomicOr(p, bits);
+    __threadfence();
+    return old;
+}
+RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) {
+    __threadfence();
+    uint32_t old = atomicExch(p, v);
+    __threadfence();
+    return old;
+}
+RV_FN void rv_fence(void) { __threadfence_system(); }
+RV_FN uint64_t rv_now_ns(void) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+RV_FN void rv_pause(uint32_t ns) { __nanosleep(ns); }
+RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)(__ffs((int)x) - 1); }
+#else
+RV_FN uint32_t rv_load_acquire_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+RV_FN void rv_store_release_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+RV_FN uint64_t rv_load_acquire_u64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+RV_FN void rv_store_release_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+RV_FN uint32_t rv_load_relaxed_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+RV_FN void rv_store_relaxed_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+RV_FN void rv_store_relaxed_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+RV_FN uint64_t rv_load_relaxed_u64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;
+}
+RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL); }
+RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
+RV_FN void rv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+RV_FN uint64_t rv_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+RV_FN void rv_pause(uint32_t ns) {
+    (void)ns;
+    sched_yield();
+}
+RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)__builtin_ctz(x); }
+#endif
+
+/* Plain byte copies (no libc on the device). */
+RV_FN void rv_copy_bytes(void *dst, const void *src, uint32_t n) {
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    for (uint32_t i = 0; i < n; ++i) d[i] = s[i];
+}
+RV_FN void rv_zero_bytes(void *dst, uint64_t n) {
+    uint8_t *d = (uint8_t *)dst;
+    for (uint64_t i = 0; i < n; ++i) d[i] = 0;
+}
+
+#endif /* RV_PORT_H */

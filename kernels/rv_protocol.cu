@@ -1,0 +1,747 @@
+/*
+ * rv_protocol.cu - the device protocol: block 0's supervisor step and the actors' step.
+ *
+ * Compiled by NVRTC (CUDA) and by the host C++ compiler (CPU backend). See docs/protocol.md for the state
+ * machine and the layout table, and rv_layout.h for the shared structures.
+ *
+ * Ownership rules, which every function below keeps:
+ *   - the host writes the host lines of the control block and the producer indices of the inbox and command
+ *     ring, and the consumer indices of the outbox and event ring; nothing else;
+ *   - block 0 (rv_supervisor_step) writes the command ring head, the event ring, its private records, and a
+ *     slot's lifecycle line only while that slot is not running (Dormant, Terminated, Failed, no request
+ *     pending); it talks to a running actor through request/request_seq and waits for request_ack;
+ *   - an actor (rv_actor_step) writes its lifecycle line, inbox head, outbox tail and request_ack.
+ * Every value read from the host is validated before use.
+ */
+#include "rv_behaviour.h"
+
+#if RV_CUDA
+#define RV_STEP_API __device__
+#else
+#define RV_STEP_API extern "C"
+#endif
+
+/* Pointers into the two regions, computed once from the header. Not shared memory itself. */
+typedef struct rv_grid_view {
+    rv_grid_header *header;
+    rv_control_block *blocks;
+    rv_command *commands;
+    rv_event *events;
+    rv_envelope *inboxes;
+    rv_envelope *outboxes;
+    rv_sv_record *sv;
+    uint32_t *attention;
+    rv_k2k_meta *k2k_meta;
+    rv_k2k_cell *k2k_cells;
+    uint8_t *state;
+    uint32_t slot_count;
+    uint32_t inbox_capacity;
+    uint32_t outbox_capacity;
+    uint32_t k2k_capacity;
+    uint32_t command_capacity;
+    uint32_t event_capacity;
+    uint32_t state_bytes;
+    const rv_behaviour_fn *behaviours; /* CPU backend: table indexed by id; NULL on CUDA */
+} rv_grid_view;
+
+struct rv_actor_ctx {
+    const rv_grid_view *g;
+    rv_control_block *cb;
+    uint32_t slot;
+    uint32_t generation;
+    uint32_t init_phase;
+    const rv_envelope *msg;
+    uint64_t hlc;
+    rv_envelope *reply_cell; /* staged reply, published on commit */
+    uint32_t reply_staged;
+    uint32_t send_count;
+    rv_k2k_cell *send_cells[RV_MAX_SENDS_PER_MESSAGE];
+    uint32_t send_pos[RV_MAX_SENDS_PER_MESSAGE];
+};
+
+#if RV_CUDA
+/* Generated per program by the host (device/src/cuda/source.rs): a switch over the registered behaviours. */
+__device__ int rv_dispatch_generated(uint32_t behaviour, rv_actor_ctx *ctx, const rv_envelope *msg);
+__device__ int rv_behaviour_known_generated(uint32_t behaviour);
+#endif
+
+RV_FN int rv_behaviour_known(const rv_grid_view *g, uint32_t behaviour) {
+#if RV_CUDA
+    (void)g;
+    return rv_behaviour_known_generated(behaviour);
+#else
+    return behaviour < RV_MAX_BEHAVIOURS && g->behaviours != 0 && g->behaviours[behaviour] != 0;
+#endif
+}
+
+RV_FN int rv_dispatch(const rv_grid_view *g, uint32_t behaviour, rv_actor_ctx *ctx, const rv_envelope *msg) {
+    if (!rv_behaviour_known(g, behaviour)) return RV_ERR_UNKNOWN_BEHAVIOUR;
+#if RV_CUDA
+    return rv_dispatch_generated(behaviour, ctx, msg);
+#else
+    return g->behaviours[behaviour](ctx, msg);
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Addressing. Every index is masked; every slot index is checked by the caller.
+ * ---------------------------------------------------------------------------------------------- */
+RV_FN rv_envelope *rv_inbox_cell(const rv_grid_view *g, uint32_t slot, uint32_t index) {
+    return g->inboxes + (uint64_t)slot * g->inbox_capacity + (index & (g->inbox_capacity - 1));
+}
+RV_FN rv_envelope *rv_outbox_cell(const rv_grid_view *g, uint32_t slot, uint32_t index) {
+    return g->outboxes + (uint64_t)slot * g->outbox_capacity + (index & (g->outbox_capacity - 1));
+}
+RV_FN rv_k2k_cell *rv_k2k_cell_at(const rv_grid_view *g, uint32_t slot, uint32_t index) {
+    return g->k2k_cells + (uint64_t)slot * g->k2k_capacity + (index & (g->k2k_capacity - 1));
+}
+RV_FN uint8_t *rv_state_region(const rv_grid_view *g, uint32_t slot) {
+    return g->state + (uint64_t)slot * g->state_bytes;
+}
+
+RV_FN uint64_t rv_hlc_next(uint64_t local, uint64_t remote, uint64_t now_ns) {
+    uint64_t physical = (now_ns / 1000000ull) << 16;
+    uint64_t logical = (local > remote ? local : remote) + 1;
+    return physical > logical ? physical : logical;
+}
+
+RV_FN void rv_raise_attention(const rv_grid_view *g, uint32_t slot) {
+    rv_fetch_or_u32(&g->attention[slot >> 5], 1u << (slot & 31u));
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Layout: computed once, on the host, from the requested sizes. Written into the header.
+ * ---------------------------------------------------------------------------------------------- */
+RV_FN int rv_is_pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
+RV_FN uint64_t rv_align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+/* Returns RV_OK, or RV_ERR_BAD_COMMAND when a size is zero, not a power of two, or too large. */
+RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
+    if (p->slot_count == 0 || p->slot_count > (1u << 24)) return RV_ERR_BAD_COMMAND;
+    if (!rv_is_pow2(p->inbox_capacity) || !rv_is_pow2(p->outbox_capacity) || !rv_is_pow2(p->k2k_capacity) ||
+        !rv_is_pow2(p->command_capacity) || !rv_is_pow2(p->event_capacity))
+        return RV_ERR_BAD_COMMAND;
+    if (p->inbox_capacity > (1u << 20) || p->outbox_capacity > (1u << 20) || p->k2k_capacity > (1u << 20) ||
+        p->command_capacity > (1u << 20) || p->event_capacity > (1u << 20))
+        return RV_ERR_BAD_COMMAND;
+    if (p->state_bytes == 0 || p->state_bytes % 64 != 0 || p->state_bytes > (1u << 24)) return RV_ERR_BAD_COMMAND;
+    rv_zero_bytes(h, sizeof(rv_grid_header));
+    h->magic = RV_MAGIC;
+    h->version = RV_PROTOCOL_VERSION;
+    h->slot_count = p->slot_count;
+    h->inbox_capacity = p->inbox_capacity;
+    h->outbox_capacity = p->outbox_capacity;
+    h->k2k_capacity = p->k2k_capacity;
+    h->command_capacity = p->command_capacity;
+    h->event_capacity = p->event_capacity;
+    h->state_bytes = p->state_bytes;
+    h->payload_bytes = RV_PAYLOAD_BYTES;
+    uint64_t n = p->slot_count;
+    uint64_t off = sizeof(rv_grid_header);
+    h->off_blocks = off;
+    off = rv_align_up(off + n * sizeof(rv_control_block), 64);
+    h->off_commands = off;
+    off = rv_align_up(off + (uint64_t)p->command_capacity * sizeof(rv_command), 64);
+    h->off_events = off;
+    off = rv_align_up(off + (uint64_t)p->event_capacity * sizeof(rv_event), 64);
+    h->off_inboxes = off;
+    off = rv_align_up(off + n * p->inbox_capacity * sizeof(rv_envelope), 64);
+    h->off_outboxes = off;
+    off = rv_align_up(off + n * p->outbox_capacity * sizeof(rv_envelope), 64);
+    h->shared_bytes = off;
+    off = 0;
+    h->off_sv_records = off;
+    off = rv_align_up(off + n * sizeof(rv_sv_record), 64);
+    h->off_attention = off;
+    off = rv_align_up(off + ((n + 31) / 32) * 4, 64);
+    h->off_k2k_meta = off;
+    off = rv_align_up(off + n * sizeof(rv_k2k_meta), 64);
+    h->off_k2k_cells = off;
+    off = rv_align_up(off + n * p->k2k_capacity * sizeof(rv_k2k_cell), 64);
+    h->off_state = off;
+    off = rv_align_up(off + n * p->state_bytes, 64);
+    h->local_bytes = off;
+    return RV_OK;
+}
+
+/* Builds a view over the two regions. Returns RV_OK or RV_ERR_BAD_COMMAND if the header is not ours. */
+RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, const rv_behaviour_fn *behaviours) {
+    rv_grid_header *h = (rv_grid_header *)shared;
+    if (h->magic != RV_MAGIC || h->version != RV_PROTOCOL_VERSION) return RV_ERR_BAD_COMMAND;
+    uint8_t *s = (uint8_t *)shared;
+    uint8_t *l = (uint8_t *)local;
+    v->header = h;
+    v->blocks = (rv_control_block *)(s + h->off_blocks);
+    v->commands = (rv_command *)(s + h->off_commands);
+    v->events = (rv_event *)(s + h->off_events);
+    v->inboxes = (rv_envelope *)(s + h->off_inboxes);
+    v->outboxes = (rv_envelope *)(s + h->off_outboxes);
+    v->sv = (rv_sv_record *)(l + h->off_sv_records);
+    v->attention = (uint32_t *)(l + h->off_attention);
+    v->k2k_meta = (rv_k2k_meta *)(l + h->off_k2k_meta);
+    v->k2k_cells = (rv_k2k_cell *)(l + h->off_k2k_cells);
+    v->state = l + h->off_state;
+    v->slot_count = h->slot_count;
+    v->inbox_capacity = h->inbox_capacity;
+    v->outbox_capacity = h->outbox_capacity;
+    v->k2k_capacity = h->k2k_capacity;
+    v->command_capacity = h->command_capacity;
+    v->event_capacity = h->event_capacity;
+    v->state_bytes = h->state_bytes;
+    v->behaviours = behaviours;
+    return RV_OK;
+}
+
+/* Initialises the LOCAL region of one slot (k2k sequence numbers). The region is zeroed before. */
+RV_STEP_API void rv_init_local_slot(const rv_grid_view *g, uint32_t slot) {
+    if (slot >= g->slot_count) return;
+    for (uint32_t i = 0; i < g->k2k_capacity; ++i) rv_k2k_cell_at(g, slot, i)->seq = i;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Behaviour API.
+ * ---------------------------------------------------------------------------------------------- */
+RV_API void *rv_state(rv_actor_ctx *ctx) { return rv_state_region(ctx->g, ctx->slot); }
+RV_API uint32_t rv_state_bytes(rv_actor_ctx *ctx) { return ctx->g->state_bytes; }
+RV_API uint32_t rv_self(rv_actor_ctx *ctx) { return ctx->slot; }
+RV_API uint32_t rv_generation(rv_actor_ctx *ctx) { return ctx->generation; }
+RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) {
+    (void)ctx;
+    return rv_now_ns();
+}
+
+RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, uint32_t len) {
+    if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
+    if (ctx->reply_staged) return RV_ERR_LIMIT;
+    if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
+    if (ctx->msg->flags & RV_FLAG_NO_REPLY) return RV_OK;
+    /* Space for one cell was checked before the message was dispatched. */
+    rv_envelope *e = rv_outbox_cell(ctx->g, ctx->slot, ctx->cb->outbox_tail);
+    e->kind = kind;
+    e->flags = 0;
+    e->payload_len = (uint16_t)len;
+    e->source = ctx->slot;
+    e->destination = RV_HOST_ENDPOINT;
+    e->generation = ctx->generation;
+    e->correlation = ctx->msg->correlation;
+    e->hlc = ctx->hlc;
+    rv_copy_bytes(e->payload, payload, len);
+    ctx->reply_cell = e;
+    ctx->reply_staged = 1;
+    return RV_OK;
+}
+
+RV_API int rv_reply(rv_actor_ctx *ctx, const void *payload, uint32_t len) {
+    return rv_stage_reply(ctx, RV_KIND_REPLY, payload, len);
+}
+
+RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail) {
+    rv_error_payload p;
+    p.code = code;
+    p.detail = detail;
+    return rv_stage_reply(ctx, RV_KIND_ERROR, &p, sizeof(p));
+}
+
+RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len) {
+    const rv_grid_view *g = ctx->g;
+    if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
+    if (destination >= g->slot_count) return RV_ERR_SLOT_RANGE;
+    if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
+    if (ctx->send_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
+    /* Reserve a cell in the destination's bounded MPSC queue (device-scope CAS, LOCAL memory). */
+    rv_k2k_meta *meta = &g->k2k_meta[destination];
+    uint32_t pos = rv_load_relaxed_u32(&meta->tail);
+    rv_k2k_cell *cell;
+    for (;;) {
+        cell = rv_k2k_cell_at(g, destination, pos);
+        uint32_t seq = rv_load_acquire_u32(&cell->seq);
+        int32_t dif = (int32_t)(seq - pos);
+        if (dif == 0) {
+            uint32_t seen = rv_cas_u32(&meta->tail, pos, pos + 1);
+            if (seen == pos) break;
+            pos = seen;
+        } else if (dif < 0) {
+            return RV_ERR_K2K_FULL;
+        } else {
+            pos = rv_load_relaxed_u32(&meta->tail);
+        }
+    }
+    rv_envelope *e = &cell->env;
+    e->kind = RV_KIND_K2K;
+    e->flags = (uint8_t)(ctx->msg->flags & RV_FLAG_NO_REPLY);
+    e->payload_len = (uint16_t)len;
+    e->source = ctx->slot;
+    e->destination = destination;
+    e->generation = ctx->generation;
+    e->correlation = ctx->msg->correlation;
+    e->hlc = ctx->hlc;
+    rv_copy_bytes(e->payload, payload, len);
+    ctx->send_cells[ctx->send_count] = cell;
+    ctx->send_pos[ctx->send_count] = pos;
+    ctx->send_count += 1;
+    return RV_OK;
+}
+
+RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
+    if (ctx->init_phase) return;
+    rv_store_relaxed_u64(&ctx->cb->stall_until_ns, rv_now_ns() + ns);
+}
+
+/* Publishes (ok) or voids (!ok) what the behaviour staged for the current message. */
+RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < ctx->send_count; ++i) {
+        rv_k2k_cell *cell = ctx->send_cells[i];
+        if (!ok) cell->env.kind = RV_KIND_VOID;
+        rv_store_release_u32(&cell->seq, ctx->send_pos[i] + 1);
+    }
+    if (ok) ctx->cb->k2k_sent += ctx->send_count;
+    ctx->send_count = 0;
+    if (ctx->reply_staged) {
+        if (ok) {
+            rv_store_release_u32(&ctx->cb->outbox_tail, ctx->cb->outbox_tail + 1);
+            out |= RV_STEP_REPLIED;
+        }
+        ctx->reply_staged = 0;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Actor step.
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Carries out block 0's request (Kill / Drain / Resume) at a message boundary, in any state. */
+RV_FN void rv_actor_handle_request(const rv_grid_view *g, uint32_t slot, rv_control_block *cb, uint32_t seq) {
+    uint32_t request = rv_load_relaxed_u32(&cb->request);
+    uint32_t state = rv_load_relaxed_u32(&cb->state);
+    if (request == RV_OP_KILL) {
+        rv_store_relaxed_u64(&cb->stall_until_ns, 0);
+        rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
+    } else if (request == RV_OP_DRAIN && state == RV_STATE_ACTIVE) {
+        rv_store_release_u32(&cb->state, RV_STATE_DRAINING);
+    } else if (request == RV_OP_RESUME && state == RV_STATE_DRAINING) {
+        rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
+    }
+    rv_store_release_u32(&cb->request_ack, seq);
+    rv_raise_attention(g, slot);
+}
+
+RV_FN void rv_actor_fail(const rv_grid_view *g, uint32_t slot, rv_control_block *cb, int32_t code, uint32_t index) {
+    cb->last_error = code;
+    cb->failed_index = index;
+    rv_store_release_u32(&cb->state, RV_STATE_FAILED);
+    rv_raise_attention(g, slot);
+}
+
+RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb) {
+    uint32_t head = rv_load_acquire_u32(&cb->outbox_head);
+    uint32_t used = cb->outbox_tail - head;
+    return used < g->outbox_capacity;
+}
+
+RV_FN int rv_envelope_valid(const rv_envelope *e, uint32_t slot) {
+    return e->kind == RV_KIND_USER && e->payload_len <= RV_PAYLOAD_BYTES && e->destination == slot;
+}
+
+RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
+    if (slot >= g->slot_count) return 0;
+    rv_control_block *cb = &g->blocks[slot];
+    uint32_t out = 0;
+    uint32_t seq = rv_load_acquire_u32(&cb->request_seq);
+    if (seq != rv_load_relaxed_u32(&cb->request_ack)) {
+        rv_actor_handle_request(g, slot, cb, seq);
+        out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
+    }
+    uint32_t state = rv_load_acquire_u32(&cb->state);
+    if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) return out;
+    uint32_t faults = rv_load_acquire_u32(&cb->fault_flags);
+    if (faults & RV_FAULT_STALL) return out;
+    uint64_t stall_until = rv_load_relaxed_u64(&cb->stall_until_ns);
+    if (stall_until != 0) {
+        if (rv_now_ns() < stall_until) return out;
+        rv_store_relaxed_u64(&cb->stall_until_ns, 0);
+    }
+
+    rv_actor_ctx ctx;
+    ctx.g = g;
+    ctx.cb = cb;
+    ctx.slot = slot;
+    ctx.generation = cb->generation;
+    ctx.init_phase = 0;
+    ctx.msg = 0;
+    ctx.hlc = cb->hlc;
+    ctx.reply_cell = 0;
+    ctx.reply_staged = 0;
+    ctx.send_count = 0;
+
+    uint32_t done = 0;
+    uint32_t head = cb->inbox_head;
+    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
+    uint32_t limit = tail;
+    if (state == RV_STATE_DRAINING) limit = rv_load_relaxed_u32(&cb->drain_until);
+    if ((uint32_t)(tail - head) > g->inbox_capacity || (uint32_t)(limit - head) > g->inbox_capacity) {
+        /* The host published an impossible index: refuse to read anything and report. */
+        rv_actor_fail(g, slot, cb, RV_ERR_BAD_ENVELOPE, RV_NO_INDEX);
+        return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+    }
+    int stalled = 0;
+    uint64_t now = rv_now_ns();
+
+    /* Host inbox. */
+    while (done < budget && head != limit) {
+        if (!rv_outbox_has_room(g, cb)) break;
+        const rv_envelope *msg = rv_inbox_cell(g, slot, head);
+        ctx.msg = msg;
+        ctx.hlc = rv_hlc_next(ctx.hlc, msg->hlc, now);
+        int rc;
+        if (!rv_envelope_valid(msg, slot)) {
+            cb->bad_envelopes += 1;
+            rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
+            out |= rv_finish_message(&ctx, 1);
+            head += 1;
+            rv_store_release_u32(&cb->inbox_head, head);
+            done += 1;
+            continue;
+        }
+        uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
+        if ((faults & RV_FAULT_CRASH_NEXT) && fault_seq != cb->fault_ack) {
+            cb->fault_ack = fault_seq;
+            rc = RV_ERR_INJECTED;
+        } else {
+            rc = rv_dispatch(g, cb->behaviour, &ctx, msg);
+        }
+        if (rc == RV_STALL) {
+            rv_finish_message(&ctx, 0);
+            stalled = 1;
+            break;
+        }
+        if (rc != RV_OK) {
+            rv_finish_message(&ctx, 0);
+            cb->hlc = ctx.hlc;
+            rv_actor_fail(g, slot, cb, rc, head);
+            return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+        }
+        out |= rv_finish_message(&ctx, 1);
+        head += 1;
+        rv_store_release_u32(&cb->inbox_head, head);
+        rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
+        done += 1;
+        /* A stall requested by this message takes effect at once. */
+        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
+            stalled = 1;
+            break;
+        }
+    }
+
+    /* Kernel-to-kernel inbox. */
+    rv_k2k_meta *meta = &g->k2k_meta[slot];
+    int k2k_pending = 0;
+    while (!stalled) {
+        uint32_t khead = meta->head;
+        rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
+        uint32_t cseq = rv_load_acquire_u32(&cell->seq);
+        if (cseq != khead + 1) break;
+        if (done >= budget || !rv_outbox_has_room(g, cb)) {
+            k2k_pending = 1;
+            break;
+        }
+        if (cell->env.kind == RV_KIND_K2K) {
+            ctx.msg = &cell->env;
+            ctx.hlc = rv_hlc_next(ctx.hlc, cell->env.hlc, now);
+            int rc = rv_dispatch(g, cb->behaviour, &ctx, &cell->env);
+            if (rc == RV_STALL) {
+                rv_finish_message(&ctx, 0);
+                stalled = 1;
+                break;
+            }
+            if (rc != RV_OK) {
+                /* The cell stays queued; it is counted as dropped when the slot is re-created. */
+                rv_finish_message(&ctx, 0);
+                cb->hlc = ctx.hlc;
+                rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
+                return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+            }
+            out |= rv_finish_message(&ctx, 1);
+            cb->k2k_received += 1;
+            rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
+        }
+        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+        meta->head = khead + 1;
+        done += 1;
+        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
+            stalled = 1;
+            break;
+        }
+    }
+
+    cb->hlc = ctx.hlc;
+    if (done > 0) out |= RV_STEP_PROGRESS;
+    if (!stalled || done > 0) rv_store_relaxed_u64(&cb->heartbeat, cb->heartbeat + 1);
+    if (state == RV_STATE_DRAINING && head == limit && !k2k_pending && !stalled) {
+        rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
+        rv_raise_attention(g, slot);
+        out |= RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Block 0: the device supervisor.
+ * ---------------------------------------------------------------------------------------------- */
+RV_FN uint32_t rv_event_room(const rv_grid_view *g) {
+    rv_grid_header *h = g->header;
+    uint32_t head = rv_load_acquire_u32(&h->event_head);
+    uint32_t used = h->event_tail - head;
+    return used >= g->event_capacity ? 0 : g->event_capacity - used;
+}
+
+RV_FN void rv_publish(const rv_grid_view *g, uint32_t kind, uint32_t slot, const rv_command *cmd, int32_t code,
+                      uint32_t inbox_head, uint32_t failed_index, uint32_t k2k_dropped) {
+    rv_grid_header *h = g->header;
+    uint32_t tail = h->event_tail;
+    rv_event *e = &g->events[tail & (g->event_capacity - 1)];
+    int in_range = slot < g->slot_count;
+    rv_control_block *cb = in_range ? &g->blocks[slot] : 0;
+    e->kind = kind;
+    e->slot = slot;
+    e->generation = in_range ? cb->generation : 0;
+    e->state = in_range ? rv_load_relaxed_u32(&cb->state) : 0;
+    e->code = code;
+    e->inbox_head = inbox_head;
+    e->failed_index = failed_index;
+    e->k2k_dropped = k2k_dropped;
+    e->cmd_id = cmd ? cmd->cmd_id : 0;
+    e->time_ns = rv_now_ns();
+    e->messages_processed = in_range ? rv_load_relaxed_u64(&cb->messages_processed) : 0;
+    e->op = cmd ? cmd->op : RV_OP_NONE;
+    e->reserved = 0;
+    rv_store_release_u32(&h->event_tail, tail + 1);
+    rv_store_relaxed_u64(&h->events_published, h->events_published + 1);
+}
+
+RV_FN void rv_reject(const rv_grid_view *g, const rv_command *cmd, int32_t code) {
+    rv_publish(g, RV_EVT_REJECTED, cmd->slot, cmd, code, RV_NO_INDEX, RV_NO_INDEX, 0);
+}
+
+/* Consumes every published cell of a slot's kernel-to-kernel ring; returns how many messages were dropped. */
+RV_FN uint32_t rv_discard_k2k(const rv_grid_view *g, uint32_t slot) {
+    rv_k2k_meta *meta = &g->k2k_meta[slot];
+    uint32_t dropped = 0;
+    for (;;) {
+        uint32_t khead = meta->head;
+        rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
+        if (rv_load_acquire_u32(&cell->seq) != khead + 1) break;
+        if (cell->env.kind == RV_KIND_K2K) dropped += 1;
+        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+        meta->head = khead + 1;
+    }
+    return dropped;
+}
+
+/* (Re)creates a slot that is not running: new generation, zeroed state, the behaviour's init. */
+RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t success_kind) {
+    uint32_t slot = cmd->slot;
+    rv_control_block *cb = &g->blocks[slot];
+    rv_sv_record *rec = &g->sv[slot];
+    uint32_t old_head = cb->inbox_head;
+    uint32_t old_failed = cb->failed_index;
+    rv_store_relaxed_u32(&cb->state, RV_STATE_INITIALIZING);
+    rv_zero_bytes(rv_state_region(g, slot), g->state_bytes);
+    uint32_t dropped = rv_discard_k2k(g, slot);
+    cb->k2k_dropped += dropped;
+    cb->generation += 1;
+    rv_store_relaxed_u64(&cb->heartbeat, 0);
+    rv_store_relaxed_u64(&cb->messages_processed, 0);
+    cb->last_error = 0;
+    cb->behaviour = cmd->behaviour;
+    cb->failed_index = RV_NO_INDEX;
+    cb->k2k_sent = 0;
+    cb->k2k_received = 0;
+    cb->bad_envelopes = 0;
+    cb->stall_until_ns = 0;
+    cb->fault_ack = rv_load_acquire_u32(&cb->fault_seq);
+    cb->hlc = rv_hlc_next(cb->hlc, 0, rv_now_ns());
+    rv_store_release_u32(&cb->inbox_head, cmd->inbox_index);
+
+    rv_envelope init;
+    rv_zero_bytes(&init, sizeof(init));
+    init.kind = RV_KIND_INIT;
+    init.flags = RV_FLAG_NO_REPLY;
+    init.payload_len = (uint16_t)cmd->init_len;
+    init.source = RV_HOST_ENDPOINT;
+    init.destination = slot;
+    init.generation = cb->generation;
+    init.correlation = cmd->cmd_id;
+    init.hlc = cb->hlc;
+    rv_copy_bytes(init.payload, cmd->init, cmd->init_len);
+    rv_actor_ctx ctx;
+    ctx.g = g;
+    ctx.cb = cb;
+    ctx.slot = slot;
+    ctx.generation = cb->generation;
+    ctx.init_phase = 1;
+    ctx.msg = &init;
+    ctx.hlc = cb->hlc;
+    ctx.reply_cell = 0;
+    ctx.reply_staged = 0;
+    ctx.send_count = 0;
+    int rc = rv_dispatch(g, cmd->behaviour, &ctx, &init);
+    if (rc == RV_OK) {
+        rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
+        rec->reported_state = RV_STATE_ACTIVE;
+        rv_publish(g, success_kind, slot, cmd, 0, old_head, old_failed, dropped);
+    } else {
+        cb->last_error = rc == RV_STALL ? RV_ERR_NOT_ALLOWED : rc;
+        rv_store_release_u32(&cb->state, RV_STATE_FAILED);
+        rec->reported_state = RV_STATE_FAILED;
+        rv_publish(g, RV_EVT_CREATE_FAILED, slot, cmd, cb->last_error, old_head, old_failed, dropped);
+    }
+}
+
+/* Asks a running actor to carry out op at its next message boundary. */
+RV_FN void rv_sv_request(const rv_grid_view *g, const rv_command *cmd, uint32_t op) {
+    rv_control_block *cb = &g->blocks[cmd->slot];
+    rv_sv_record *rec = &g->sv[cmd->slot];
+    rec->pending_op = cmd->op;
+    rec->pending = *cmd;
+    if (op == RV_OP_DRAIN) rv_store_relaxed_u32(&cb->drain_until, cmd->inbox_index);
+    rv_store_relaxed_u32(&cb->request, op);
+    rv_store_release_u32(&cb->request_seq, cb->request_seq + 1);
+}
+
+RV_FN int rv_init_valid(const rv_grid_view *g, const rv_command *cmd) {
+    if (!rv_behaviour_known(g, cmd->behaviour)) return RV_ERR_UNKNOWN_BEHAVIOUR;
+    if (cmd->init_len > RV_INIT_BYTES) return RV_ERR_BAD_COMMAND;
+    return RV_OK;
+}
+
+/* Validates and executes one command. Publishes exactly one event now, or one when the actor acknowledges. */
+RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
+    if (cmd->slot >= g->slot_count) return rv_reject(g, cmd, RV_ERR_SLOT_RANGE);
+    if (cmd->op < RV_OP_CREATE || cmd->op > RV_OP_RESUME) return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
+    rv_control_block *cb = &g->blocks[cmd->slot];
+    rv_sv_record *rec = &g->sv[cmd->slot];
+    if (rec->pending_op != RV_OP_NONE) return rv_reject(g, cmd, RV_ERR_BUSY);
+    if (cmd->expected_generation != cb->generation) return rv_reject(g, cmd, RV_ERR_STALE_GENERATION);
+    uint32_t state = rv_load_acquire_u32(&cb->state);
+    int running = state == RV_STATE_ACTIVE || state == RV_STATE_DRAINING;
+    int rc;
+    switch (cmd->op) {
+    case RV_OP_CREATE:
+        if (state != RV_STATE_DORMANT && state != RV_STATE_TERMINATED)
+            return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
+        if ((uint32_t)(cmd->inbox_index - cb->inbox_head) > g->inbox_capacity)
+            return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
+        return rv_sv_create(g, cmd, RV_EVT_CREATED);
+    case RV_OP_RESTART:
+        if (state == RV_STATE_DORMANT || state == RV_STATE_INITIALIZING)
+            return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
+        if ((uint32_t)(cmd->inbox_index - rv_load_acquire_u32(&cb->inbox_head)) > g->inbox_capacity)
+            return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
+        if (running) return rv_sv_request(g, cmd, RV_OP_KILL);
+        return rv_sv_create(g, cmd, RV_EVT_RESTARTED);
+    case RV_OP_KILL:
+        if (running) return rv_sv_request(g, cmd, RV_OP_KILL);
+        if (state != RV_STATE_FAILED) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
+        rec->reported_state = RV_STATE_TERMINATED;
+        return rv_publish(g, RV_EVT_KILLED, cmd->slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+    case RV_OP_DRAIN:
+        if (state != RV_STATE_ACTIVE) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        if ((uint32_t)(cmd->inbox_index - rv_load_acquire_u32(&cb->inbox_head)) > g->inbox_capacity)
+            return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
+        return rv_sv_request(g, cmd, RV_OP_DRAIN);
+    default: /* RV_OP_RESUME */
+        if (state != RV_STATE_DRAINING) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        return rv_sv_request(g, cmd, RV_OP_RESUME);
+    }
+}
+
+/* Looks at a slot whose actor raised attention: completes a pending command, reports a state change. */
+RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
+    rv_control_block *cb = &g->blocks[slot];
+    rv_sv_record *rec = &g->sv[slot];
+    if (rec->pending_op != RV_OP_NONE &&
+        rv_load_acquire_u32(&cb->request_ack) == rv_load_relaxed_u32(&cb->request_seq)) {
+        const rv_command *cmd = &rec->pending;
+        uint32_t op = rec->pending_op;
+        uint32_t state = rv_load_acquire_u32(&cb->state);
+        rec->pending_op = RV_OP_NONE;
+        if (op == RV_OP_KILL) {
+            rec->reported_state = RV_STATE_TERMINATED;
+            rv_publish(g, RV_EVT_KILLED, slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+        } else if (op == RV_OP_RESTART) {
+            rv_sv_create(g, cmd, RV_EVT_RESTARTED);
+        } else if (op == RV_OP_DRAIN && (state == RV_STATE_DRAINING || state == RV_STATE_TERMINATED)) {
+            rec->reported_state = RV_STATE_DRAINING;
+            rv_publish(g, RV_EVT_DRAINING, slot, cmd, 0, rv_load_acquire_u32(&cb->inbox_head), RV_NO_INDEX, 0);
+        } else if (op == RV_OP_RESUME && state == RV_STATE_ACTIVE) {
+            rec->reported_state = RV_STATE_ACTIVE;
+            rv_publish(g, RV_EVT_RESUMED, slot, cmd, 0, rv_load_acquire_u32(&cb->inbox_head), RV_NO_INDEX, 0);
+        } else {
+            /* The actor failed before it could carry the request out: nothing changed by the command. */
+            rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
+        }
+    }
+    uint32_t state = rv_load_acquire_u32(&cb->state);
+    if (state == rec->reported_state || rec->pending_op != RV_OP_NONE) return;
+    if (state == RV_STATE_FAILED) {
+        rv_publish(g, RV_EVT_FAILED, slot, 0, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+    } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
+        rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, 0);
+    }
+    rec->reported_state = state;
+}
+
+/* Most events one rv_sv_attend call can publish. */
+#define RV_EVENTS_PER_ATTEND 3u
+
+RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
+    rv_grid_header *h = g->header;
+    uint32_t out = 0;
+    rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
+
+    /* 1. Slots that raised attention. */
+    uint32_t words = (g->slot_count + 31) / 32;
+    for (uint32_t w = 0; w < words; ++w) {
+        if (rv_load_relaxed_u32(&g->attention[w]) == 0) continue;
+        uint32_t bits = rv_exchange_u32(&g->attention[w], 0);
+        while (bits != 0) {
+            if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) {
+                rv_fetch_or_u32(&g->attention[w], bits); /* keep them for the next step */
+                return out;
+            }
+            uint32_t b = rv_ctz_u32(bits);
+            bits &= bits - 1;
+            rv_sv_attend(g, w * 32 + b);
+            out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
+        }
+    }
+
+    /* 2. Commands, while an event can be published for each. */
+    for (;;) {
+        uint32_t head = h->command_head;
+        uint32_t tail = rv_load_acquire_u32(&h->command_tail);
+        if (head == tail) break;
+        if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) break;
+        if ((uint32_t)(tail - head) > g->command_capacity) {
+            /* An impossible producer index: reject it once and skip to it. */
+            rv_command bogus;
+            rv_zero_bytes(&bogus, sizeof(bogus));
+            bogus.slot = RV_NO_INDEX;
+            rv_reject(g, &bogus, RV_ERR_BAD_COMMAND);
+            rv_store_release_u32(&h->command_head, tail);
+            out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
+            continue;
+        }
+        rv_command cmd = g->commands[head & (g->command_capacity - 1)];
+        rv_sv_execute(g, &cmd);
+        rv_store_release_u32(&h->command_head, head + 1);
+        rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);
+        out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
+    }
+    return out;
+}
