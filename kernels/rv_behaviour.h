@@ -44,9 +44,13 @@ RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx);
 RV_API int rv_reply(rv_actor_ctx *ctx, const void *payload, uint32_t len);
 /* Answer the host with an error code instead of a reply (same rules as rv_reply). */
 RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail);
-/* Send to another actor's kernel-to-kernel inbox (at most RV_MAX_SENDS_PER_MESSAGE per message).
- * Returns RV_ERR_SLOT_RANGE, RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure. */
+/* Send a notification to another actor's kernel-to-kernel inbox (at most RV_MAX_SENDS_PER_MESSAGE sends per
+ * message). The receiver cannot reply to the host about it. Returns RV_ERR_SLOT_RANGE,
+ * RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure. */
 RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
+/* Like rv_send, but hands the duty to answer the current message to the receiver: its rv_reply answers the
+ * host's original message (same correlation). The forwarding actor may then not reply itself. */
+RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
 /* Stop making progress (and stop the heartbeat) for ns nanoseconds, or until the slot is killed. */
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns);
 

@@ -54,6 +54,7 @@ struct rv_actor_ctx {
     uint64_t hlc;
     rv_envelope *reply_cell; /* staged reply, published on commit */
     uint32_t reply_staged;
+    uint32_t reply_forwarded; /* the duty to reply went to another actor with rv_forward */
     uint32_t send_count;
     rv_k2k_cell *send_cells[RV_MAX_SENDS_PER_MESSAGE];
     uint32_t send_pos[RV_MAX_SENDS_PER_MESSAGE];
@@ -212,7 +213,7 @@ RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) {
 
 RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, uint32_t len) {
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
-    if (ctx->reply_staged) return RV_ERR_LIMIT;
+    if (ctx->reply_staged || ctx->reply_forwarded) return RV_ERR_LIMIT;
     if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->msg->flags & RV_FLAG_NO_REPLY) return RV_OK;
     /* Space for one cell was checked before the message was dispatched. */
@@ -242,7 +243,7 @@ RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail) {
     return rv_stage_reply(ctx, RV_KIND_ERROR, &p, sizeof(p));
 }
 
-RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len) {
+RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len, uint8_t flags) {
     const rv_grid_view *g = ctx->g;
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
     if (destination >= g->slot_count) return RV_ERR_SLOT_RANGE;
@@ -268,7 +269,7 @@ RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload,
     }
     rv_envelope *e = &cell->env;
     e->kind = RV_KIND_K2K;
-    e->flags = (uint8_t)(ctx->msg->flags & RV_FLAG_NO_REPLY);
+    e->flags = flags;
     e->payload_len = (uint16_t)len;
     e->source = ctx->slot;
     e->destination = destination;
@@ -280,6 +281,17 @@ RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload,
     ctx->send_pos[ctx->send_count] = pos;
     ctx->send_count += 1;
     return RV_OK;
+}
+
+RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len) {
+    return rv_stage_send(ctx, destination, payload, len, (uint8_t)RV_FLAG_NO_REPLY);
+}
+
+RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len) {
+    if (ctx->reply_staged || ctx->reply_forwarded) return RV_ERR_LIMIT;
+    int rc = rv_stage_send(ctx, destination, payload, len, (uint8_t)(ctx->msg->flags & RV_FLAG_NO_REPLY));
+    if (rc == RV_OK) ctx->reply_forwarded = 1;
+    return rc;
 }
 
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
@@ -297,6 +309,7 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
     }
     if (ok) ctx->cb->k2k_sent += ctx->send_count;
     ctx->send_count = 0;
+    ctx->reply_forwarded = 0;
     if (ctx->reply_staged) {
         if (ok) {
             rv_store_release_u32(&ctx->cb->outbox_tail, ctx->cb->outbox_tail + 1);
@@ -373,6 +386,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     ctx.hlc = cb->hlc;
     ctx.reply_cell = 0;
     ctx.reply_staged = 0;
+    ctx.reply_forwarded = 0;
     ctx.send_count = 0;
 
     uint32_t done = 0;
@@ -388,8 +402,49 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     int stalled = 0;
     uint64_t now = rv_now_ns();
 
+    /* Kernel-to-kernel inbox first: what other actors sent before the host's next message is seen first. */
+    rv_k2k_meta *meta = &g->k2k_meta[slot];
+    int k2k_pending = 0;
+    while (!stalled) {
+        uint32_t khead = meta->head;
+        rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
+        uint32_t cseq = rv_load_acquire_u32(&cell->seq);
+        if (cseq != khead + 1) break;
+        if (done >= budget || !rv_outbox_has_room(g, cb)) {
+            k2k_pending = 1;
+            break;
+        }
+        if (cell->env.kind == RV_KIND_K2K) {
+            ctx.msg = &cell->env;
+            ctx.hlc = rv_hlc_next(ctx.hlc, cell->env.hlc, now);
+            int rc = rv_dispatch(g, cb->behaviour, &ctx, &cell->env);
+            if (rc == RV_STALL) {
+                rv_finish_message(&ctx, 0);
+                stalled = 1;
+                break;
+            }
+            if (rc != RV_OK) {
+                /* The cell stays queued; it is counted as dropped when the slot is re-created. */
+                rv_finish_message(&ctx, 0);
+                cb->hlc = ctx.hlc;
+                rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
+                return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+            }
+            out |= rv_finish_message(&ctx, 1);
+            cb->k2k_received += 1;
+            rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
+        }
+        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+        meta->head = khead + 1;
+        done += 1;
+        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
+            stalled = 1;
+            break;
+        }
+    }
+
     /* Host inbox. */
-    while (done < budget && head != limit) {
+    while (!stalled && done < budget && head != limit) {
         if (!rv_outbox_has_room(g, cb)) break;
         const rv_envelope *msg = rv_inbox_cell(g, slot, head);
         ctx.msg = msg;
@@ -428,47 +483,6 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
         done += 1;
         /* A stall requested by this message takes effect at once. */
-        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
-            stalled = 1;
-            break;
-        }
-    }
-
-    /* Kernel-to-kernel inbox. */
-    rv_k2k_meta *meta = &g->k2k_meta[slot];
-    int k2k_pending = 0;
-    while (!stalled) {
-        uint32_t khead = meta->head;
-        rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
-        uint32_t cseq = rv_load_acquire_u32(&cell->seq);
-        if (cseq != khead + 1) break;
-        if (done >= budget || !rv_outbox_has_room(g, cb)) {
-            k2k_pending = 1;
-            break;
-        }
-        if (cell->env.kind == RV_KIND_K2K) {
-            ctx.msg = &cell->env;
-            ctx.hlc = rv_hlc_next(ctx.hlc, cell->env.hlc, now);
-            int rc = rv_dispatch(g, cb->behaviour, &ctx, &cell->env);
-            if (rc == RV_STALL) {
-                rv_finish_message(&ctx, 0);
-                stalled = 1;
-                break;
-            }
-            if (rc != RV_OK) {
-                /* The cell stays queued; it is counted as dropped when the slot is re-created. */
-                rv_finish_message(&ctx, 0);
-                cb->hlc = ctx.hlc;
-                rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
-                return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
-            }
-            out |= rv_finish_message(&ctx, 1);
-            cb->k2k_received += 1;
-            rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
-        }
-        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
-        meta->head = khead + 1;
-        done += 1;
         if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
             stalled = 1;
             break;
@@ -585,6 +599,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     ctx.hlc = cb->hlc;
     ctx.reply_cell = 0;
     ctx.reply_staged = 0;
+    ctx.reply_forwarded = 0;
     ctx.send_count = 0;
     int rc = rv_dispatch(g, cmd->behaviour, &ctx, &init);
     if (rc == RV_OK) {

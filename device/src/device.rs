@@ -195,6 +195,12 @@ pub struct PendingCommand {
     device: Weak<DeviceInner>,
 }
 
+impl std::fmt::Debug for PendingCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCommand").field("cmd_id", &self.cmd_id).field("slot", &self.slot).finish()
+    }
+}
+
 impl PendingCommand {
     /// The command's id (also in the resulting event).
     pub fn id(&self) -> u64 {

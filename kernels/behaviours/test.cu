@@ -1,12 +1,13 @@
 /*
  * test: a behaviour for fault tests.
- *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON);
+ *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON), then an optional int32 init result
+ *            (non-zero: creation fails with that code);
  *   a message whose first 8 bytes equal the poison value fails the actor with RV_ERR_POISON;
  *   otherwise the first uint32 is an op:
  *     1 echo             reply with the payload
  *     2 fail   code:u32  fail with that code (RV_ERR_USER_BASE if 0)
  *     3 stall  ns:u64@8  reply, then make no progress (and no heartbeat) for ns nanoseconds or until killed
- *     4 forward dst:u32  send payload[8..] to slot dst (kernel-to-kernel); no reply from this actor
+ *     4 forward dst:u32  forward payload[8..] to slot dst (kernel-to-kernel); dst answers the host
  *   any other op is answered with an RV_KIND_ERROR.
  */
 #include "../rv_behaviour.h"
@@ -25,7 +26,8 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
     rv_test_state *s = (rv_test_state *)rv_state(ctx);
     if (msg->kind == RV_KIND_INIT) {
         s->poison = msg->payload_len >= 8 ? rv_read_u64(msg->payload) : RV_TEST_DEFAULT_POISON;
-        return RV_OK;
+        int init_result = msg->payload_len >= 12 ? (int)rv_read_u32(msg->payload + 8) : RV_OK;
+        return init_result > 0 ? init_result : RV_OK;
     }
     if (msg->payload_len >= 8 && rv_read_u64(msg->payload) == s->poison) return RV_ERR_POISON;
     if (msg->payload_len < 4) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
@@ -41,7 +43,7 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
     }
     if (op == RV_TEST_FORWARD && msg->payload_len >= 8) {
         uint32_t dst = rv_read_u32(msg->payload + 4);
-        int rc = rv_send(ctx, dst, msg->payload + 8, msg->payload_len - 8u);
+        int rc = rv_forward(ctx, dst, msg->payload + 8, msg->payload_len - 8u);
         if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
         return RV_OK;
     }

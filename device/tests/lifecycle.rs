@@ -1,0 +1,227 @@
+//! The slot lifecycle on the CPU backend, end to end through the real device code: create, kill, restart,
+//! drain, resume, failures, and what happens to the messages each transition leaves behind.
+
+mod common;
+use common::*;
+use ringvisor_device::*;
+use std::time::Duration;
+
+#[test]
+fn create_call_and_generation_bump_on_restart() {
+    let d = open(4);
+    let e = d.create(2, "counter", &10i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.generation, e.event.state), (EventKind::Created, 1, SlotState::Active));
+    assert_eq!(i64_of(&d.call(2, &5i64.to_le_bytes(), T).unwrap()), 15);
+    let e = d.restart(2, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.generation), (EventKind::Restarted, 2));
+    // state was reset by the re-creation
+    let r = d.call(2, &1i64.to_le_bytes(), T).unwrap();
+    assert_eq!((i64_of(&r), r.generation), (1, 2));
+    let snap = d.snapshot(2).unwrap();
+    assert_eq!((snap.state, snap.generation, snap.messages_processed), (SlotState::Active, 2, 1));
+}
+
+#[test]
+fn kv_store_put_get_delete() {
+    let d = open(2);
+    d.create(0, "kv", &[]).unwrap().wait_blocking(T).unwrap();
+    let req = |op: u32, key: u64, value: u64| {
+        let mut v = op.to_le_bytes().to_vec();
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&key.to_le_bytes());
+        v.extend_from_slice(&value.to_le_bytes());
+        let r = d.call(0, &v, T).unwrap();
+        let p = r.payload().unwrap().to_vec();
+        (u32::from_le_bytes(p[..4].try_into().unwrap()), u64::from_le_bytes(p[8..16].try_into().unwrap()))
+    };
+    assert_eq!(req(1, 7, 70), (0, 0)); // inserted
+    assert_eq!(req(1, 7, 71), (1, 70)); // replaced, old value
+    assert_eq!(req(2, 7, 0), (0, 71)); // found
+    assert_eq!(req(2, 8, 0), (3, 0)); // not found
+    assert_eq!(req(3, 7, 0), (0, 71)); // deleted
+    assert_eq!(req(2, 7, 0), (3, 0));
+    // many keys, all retrievable (tombstones do not break probing)
+    for k in 100..130 {
+        assert_eq!(req(1, k, k * 2).0, 0);
+    }
+    for k in 100..130 {
+        assert_eq!(req(2, k, 0), (0, k * 2));
+    }
+}
+
+#[test]
+fn kill_hands_back_unconsumed_messages_and_rejects_new_ones() {
+    let d = open(2);
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, Fault::Stall).unwrap(); // the actor makes no progress: messages stay queued
+    let ids: Vec<u64> = (0..5).map(|i| d.send(0, &(i as i64).to_le_bytes()).unwrap()).collect();
+    let e = d.kill(0).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.state), (EventKind::Killed, SlotState::Terminated));
+    let back: Vec<u64> = e.undelivered.iter().map(|u| u.envelope.correlation).collect();
+    assert_eq!(back, ids, "every queued message is handed back, in order");
+    assert!(e.undelivered.iter().all(|u| u.reason == UndeliveredReason::LeftInInbox));
+    assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { slot: 0, .. })));
+    assert_eq!(d.stats().undelivered_left_in_inbox, 5);
+    // a terminated slot can be created again; it does not see the old messages
+    d.inject(0, Fault::ClearStall).unwrap();
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(i64_of(&d.call(0, &3i64.to_le_bytes(), T).unwrap()), 3);
+}
+
+#[test]
+fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
+    let d = open(2);
+    let events = d.subscribe_slot(1).unwrap();
+    d.create(1, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(1, Fault::Stall).unwrap();
+    let poison = d.send(1, &POISON.to_le_bytes()).unwrap();
+    let after: Vec<u64> = (0..3).map(|_| d.send(1, &test_msg(1, 0, 0)).unwrap()).collect();
+    d.inject(1, Fault::ClearStall).unwrap();
+    let failed = next_event(&events, EventKind::Failed);
+    assert_eq!(failed.event.code, Some(DeviceCode::Poison));
+    assert_eq!(failed.event.state, SlotState::Failed);
+    assert_eq!(failed.undelivered.len(), 1);
+    assert_eq!(failed.undelivered[0].envelope.correlation, poison);
+    assert_eq!(failed.undelivered[0].reason, UndeliveredReason::InFlightAtCrash);
+    assert_eq!(d.snapshot(1).unwrap().last_error, Some(DeviceCode::Poison));
+    // messages sent to a failed actor queue until the restart, which hands them back
+    let late = d.send(1, &test_msg(1, 0, 0)).unwrap();
+    let r = d.restart(1, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    let back: Vec<u64> = r.undelivered.iter().map(|u| u.envelope.correlation).collect();
+    let mut expected = after.clone();
+    expected.push(late);
+    assert_eq!(back, expected, "the poison message is reported once, the rest at the restart");
+    // after the restart the actor works, and messages sent during the restart are for it
+    let reply = d.call(1, &test_msg(1, 9, 0), T).unwrap();
+    assert_eq!(reply.generation, 2);
+    assert_eq!(d.stats().undelivered_in_flight, 1);
+}
+
+#[test]
+fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
+    let d = open(1);
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, Fault::Stall).unwrap();
+    let before: Vec<u64> = (0..4).map(|_| d.send(0, &1i64.to_le_bytes()).unwrap()).collect();
+    let pending = d.restart(0, "counter", &[]).unwrap();
+    // sent while the restart is in flight: waits for the new incarnation
+    let during = d.post(0, &100i64.to_le_bytes(), T).unwrap();
+    d.inject(0, Fault::ClearStall).unwrap();
+    let r = pending.wait_blocking(T).unwrap();
+    let back: Vec<u64> = r.undelivered.iter().map(|u| u.envelope.correlation).collect();
+    assert_eq!(back, before);
+    let reply = d.replies().recv_timeout(T).expect("reply to the message sent during the restart");
+    assert_eq!((reply.correlation, i64_of(&reply), reply.generation), (during, 100, 2));
+}
+
+#[test]
+fn drain_processes_everything_then_terminates() {
+    let d = open(1);
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    for _ in 0..20 {
+        d.post(0, &1i64.to_le_bytes(), T).unwrap();
+    }
+    let done = d.drain_and_wait(0, T).unwrap();
+    assert_eq!(done.event.kind, EventKind::Drained);
+    assert_eq!(done.event.state, SlotState::Terminated);
+    assert!(done.undelivered.is_empty());
+    let mut totals: Vec<i64> = (0..20).map(|_| i64_of(&d.replies().recv_timeout(T).unwrap())).collect();
+    totals.sort();
+    assert_eq!(totals, (1..=20).collect::<Vec<_>>());
+    assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { .. })));
+}
+
+#[test]
+fn resume_cancels_a_drain() {
+    let d = open(1);
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, Fault::Stall).unwrap(); // keeps the drain from finishing
+    d.send(0, &1i64.to_le_bytes()).unwrap();
+    let e = d.drain(0).unwrap().wait_blocking(T);
+    // the stalled actor still acknowledges requests at its message boundary
+    assert_eq!(e.unwrap().event.kind, EventKind::Draining);
+    assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { .. })));
+    let e = d.resume(0).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.state), (EventKind::Resumed, SlotState::Active));
+    d.inject(0, Fault::ClearStall).unwrap();
+    assert_eq!(i64_of(&d.call(0, &1i64.to_le_bytes(), T).unwrap()), 2);
+}
+
+#[test]
+fn injected_crash_fails_the_actor_on_its_next_message() {
+    let d = open(1);
+    let events = d.subscribe();
+    d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, Fault::CrashNextMessage).unwrap();
+    let err = d.call(0, b"hello", T).unwrap_err();
+    assert_eq!(err, DeviceError::Undelivered { slot: 0, reason: UndeliveredReason::InFlightAtCrash });
+    let f = next_event(&events, EventKind::Failed);
+    assert_eq!(f.event.code, Some(DeviceCode::Injected));
+    // one-shot: after a restart the actor works again
+    d.restart(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(d.call(0, b"again", T).unwrap().payload().unwrap(), b"again");
+}
+
+#[test]
+fn stall_stops_progress_and_heartbeat_until_it_ends() {
+    let d = open(1);
+    d.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    // op 3: reply, then stall 200 ms
+    d.call(0, &test_msg(3, 0, 200_000_000), T).unwrap();
+    let id = d.post(0, &test_msg(1, 0, 0), T).unwrap();
+    let hb = d.snapshot(0).unwrap().heartbeat;
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(d.snapshot(0).unwrap().heartbeat, hb, "no heartbeat while stalled");
+    assert!(d.replies().try_recv().is_none(), "no progress while stalled");
+    let r = d.replies().recv_timeout(T).expect("processed after the stall");
+    assert_eq!(r.correlation, id);
+}
+
+#[test]
+fn kernel_to_kernel_forward_answers_the_host_from_the_receiver() {
+    let d = open(3);
+    for s in 0..3 {
+        d.create(s, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    }
+    // host -> 0 -> 2 (forward, echo op) -> host
+    let mut msg = test_msg(4, 2, 0)[..8].to_vec();
+    msg.extend_from_slice(&test_msg(1, 77, 0));
+    let r = d.call(0, &msg, T).unwrap();
+    assert_eq!(r.slot, 2, "answered by the receiver");
+    assert_eq!(&r.payload().unwrap()[4..8], &77u32.to_le_bytes());
+    assert_eq!(d.snapshot(0).unwrap().k2k.0, 1);
+    assert_eq!(d.snapshot(2).unwrap().k2k.1, 1);
+    // forwarding to a slot out of range is answered with an error, the actor keeps running
+    let mut bad = test_msg(4, 99, 0)[..8].to_vec();
+    bad.extend_from_slice(&test_msg(1, 0, 0));
+    assert!(matches!(d.call(0, &bad, T), Err(DeviceError::ErrorReply { code: DeviceCode::SlotOutOfRange, detail: 99 })));
+    assert_eq!(d.snapshot(0).unwrap().state, SlotState::Active);
+}
+
+#[test]
+fn hlc_is_monotonic_across_replies() {
+    let d = open(1);
+    d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    let mut last = 0;
+    for _ in 0..50 {
+        let r = d.call(0, b"t", T).unwrap();
+        assert!(r.hlc > last, "hlc went from {last} to {}", r.hlc);
+        last = r.hlc;
+    }
+}
+
+#[test]
+fn init_failure_is_a_create_error_and_leaves_the_slot_failed() {
+    let d = open(1);
+    let mut init = POISON.to_le_bytes().to_vec();
+    init.extend_from_slice(&1234u32.to_le_bytes());
+    let err = d.create(0, "test", &init).unwrap().wait_blocking(T).unwrap_err();
+    assert_eq!(err, DeviceError::CreateFailed { slot: 0, code: DeviceCode::User(1234) });
+    let snap = d.snapshot(0).unwrap();
+    assert_eq!((snap.state, snap.generation, snap.last_error), (SlotState::Failed, 1, Some(DeviceCode::User(1234))));
+    // a failed slot is restarted, not created
+    let err = d.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap_err();
+    assert_eq!(err, DeviceError::Rejected { slot: 0, code: DeviceCode::IllegalTransition });
+    let ok = d.restart(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((ok.event.kind, ok.event.generation), (EventKind::Restarted, 2));
+}
