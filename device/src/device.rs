@@ -587,8 +587,8 @@ impl Device {
         self.write_message(slot, payload, true, Some(Instant::now() + timeout))
     }
 
-    /// Sends a message and waits for its reply (or for the device's error answer, or for the message to be
-    /// handed back undelivered).
+    /// Sends a message and waits for its reply. The device's error answer comes back as
+    /// [`DeviceError::ErrorReply`], a message handed back undelivered as [`DeviceError::Undelivered`].
     pub fn call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = self.start_call(slot, payload, deadline)?;
@@ -878,7 +878,10 @@ impl DeviceInner {
         }
         let waiter = lock(&self.calls).remove(&reply.correlation);
         match waiter {
-            Some(w) => w.complete(Ok(reply)),
+            Some(w) => w.complete(match reply.payload() {
+                Err(e) => Err(e),
+                Ok(_) => Ok(reply),
+            }),
             None => self.replies.push(reply),
         }
     }

@@ -194,7 +194,8 @@ fn kernel_to_kernel_forward_answers_the_host_from_the_receiver() {
     // forwarding to a slot out of range is answered with an error, the actor keeps running
     let mut bad = test_msg(4, 99, 0)[..8].to_vec();
     bad.extend_from_slice(&test_msg(1, 0, 0));
-    assert!(matches!(d.call(0, &bad, T), Err(DeviceError::ErrorReply { code: DeviceCode::SlotOutOfRange, detail: 99 })));
+    let got = d.call(0, &bad, T);
+    assert!(matches!(got, Err(DeviceError::ErrorReply { code: DeviceCode::SlotOutOfRange, detail: 99 })), "{got:?}");
     assert_eq!(d.snapshot(0).unwrap().state, SlotState::Active);
 }
 
