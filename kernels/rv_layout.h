@@ -84,6 +84,7 @@
 #define RV_ERR_NOT_ALLOWED 11
 #define RV_ERR_INJECTED 12
 #define RV_ERR_POISON 13
+#define RV_ERR_TARGET_GONE 14 /* kernel-to-kernel target not running, or discarded by a kill/restart */
 #define RV_ERR_USER_BASE 1000 /* behaviours report their own failures from here on */
 
 /* Step results (bit set). */

@@ -249,6 +249,8 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
     if (destination >= g->slot_count) return RV_ERR_SLOT_RANGE;
     if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->send_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
+    uint32_t target_state = rv_load_acquire_u32(&g->blocks[destination].state);
+    if (target_state != RV_STATE_ACTIVE && target_state != RV_STATE_DRAINING) return RV_ERR_TARGET_GONE;
     /* Reserve a cell in the destination's bounded MPSC queue (device-scope CAS, LOCAL memory). */
     rv_k2k_meta *meta = &g->k2k_meta[destination];
     uint32_t pos = rv_load_relaxed_u32(&meta->tail);
@@ -424,8 +426,17 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
                 break;
             }
             if (rc != RV_OK) {
-                /* The cell stays queued; it is counted as dropped when the slot is re-created. */
+                /* The message is consumed: answered with the failure code if someone waits for an answer
+                 * (room was checked above), counted as dropped otherwise. */
                 rv_finish_message(&ctx, 0);
+                if (cell->env.flags & RV_FLAG_NO_REPLY) {
+                    cb->k2k_dropped += 1;
+                } else {
+                    rv_reply_error(&ctx, rc, slot);
+                    out |= rv_finish_message(&ctx, 1);
+                }
+                rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+                meta->head = khead + 1;
                 cb->hlc = ctx.hlc;
                 rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
                 return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
@@ -538,18 +549,47 @@ RV_FN void rv_reject(const rv_grid_view *g, const rv_command *cmd, int32_t code)
     rv_publish(g, RV_EVT_REJECTED, cmd->slot, cmd, code, RV_NO_INDEX, RV_NO_INDEX, 0);
 }
 
-/* Consumes every published cell of a slot's kernel-to-kernel ring; returns how many messages were dropped. */
-RV_FN uint32_t rv_discard_k2k(const rv_grid_view *g, uint32_t slot) {
+/* Empties the kernel-to-kernel ring of a slot that is not running (block 0 acts as its consumer and as its
+ * outbox producer). A message someone waits an answer for is answered with RV_ERR_TARGET_GONE while the
+ * outbox has room; when it has none, the rest stays queued for the next incarnation (which answers it).
+ * Notifications are dropped and counted. Returns how many messages were dropped. */
+RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
+    rv_control_block *cb = &g->blocks[slot];
     rv_k2k_meta *meta = &g->k2k_meta[slot];
     uint32_t dropped = 0;
+    uint32_t tail = cb->outbox_tail;
+    uint32_t room = g->outbox_capacity - (tail - rv_load_acquire_u32(&cb->outbox_head));
     for (;;) {
         uint32_t khead = meta->head;
         rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
         if (rv_load_acquire_u32(&cell->seq) != khead + 1) break;
-        if (cell->env.kind == RV_KIND_K2K) dropped += 1;
+        if (cell->env.kind == RV_KIND_K2K) {
+            if (cell->env.flags & RV_FLAG_NO_REPLY) {
+                dropped += 1;
+            } else {
+                if (room == 0) break;
+                rv_envelope *e = rv_outbox_cell(g, slot, tail);
+                rv_error_payload p;
+                p.code = RV_ERR_TARGET_GONE;
+                p.detail = slot;
+                e->kind = RV_KIND_ERROR;
+                e->flags = 0;
+                e->payload_len = (uint16_t)sizeof(p);
+                e->source = slot;
+                e->destination = RV_HOST_ENDPOINT;
+                e->generation = cb->generation;
+                e->correlation = cell->env.correlation;
+                e->hlc = cb->hlc;
+                rv_copy_bytes(e->payload, &p, sizeof(p));
+                tail += 1;
+                room -= 1;
+            }
+        }
         rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
         meta->head = khead + 1;
     }
+    if (tail != cb->outbox_tail) rv_store_release_u32(&cb->outbox_tail, tail);
+    cb->k2k_dropped += dropped;
     return dropped;
 }
 
@@ -562,8 +602,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     uint32_t old_failed = cb->failed_index;
     rv_store_relaxed_u32(&cb->state, RV_STATE_INITIALIZING);
     rv_zero_bytes(rv_state_region(g, slot), g->state_bytes);
-    uint32_t dropped = rv_discard_k2k(g, slot);
-    cb->k2k_dropped += dropped;
+    uint32_t dropped = rv_reclaim_k2k(g, slot);
     cb->generation += 1;
     rv_store_relaxed_u64(&cb->heartbeat, 0);
     rv_store_relaxed_u64(&cb->messages_processed, 0);
@@ -663,7 +702,8 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
         if (state != RV_STATE_FAILED) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
         rec->reported_state = RV_STATE_TERMINATED;
-        return rv_publish(g, RV_EVT_KILLED, cmd->slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+        return rv_publish(g, RV_EVT_KILLED, cmd->slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index,
+                          rv_reclaim_k2k(g, cmd->slot));
     case RV_OP_DRAIN:
         if (state != RV_STATE_ACTIVE) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((uint32_t)(cmd->inbox_index - rv_load_acquire_u32(&cb->inbox_head)) > g->inbox_capacity)
@@ -687,7 +727,8 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
         rec->pending_op = RV_OP_NONE;
         if (op == RV_OP_KILL) {
             rec->reported_state = RV_STATE_TERMINATED;
-            rv_publish(g, RV_EVT_KILLED, slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+            uint32_t dropped = rv_reclaim_k2k(g, slot);
+            rv_publish(g, RV_EVT_KILLED, slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, dropped);
         } else if (op == RV_OP_RESTART) {
             rv_sv_create(g, cmd, RV_EVT_RESTARTED);
         } else if (op == RV_OP_DRAIN && (state == RV_STATE_DRAINING || state == RV_STATE_TERMINATED)) {
@@ -706,7 +747,7 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     if (state == RV_STATE_FAILED) {
         rv_publish(g, RV_EVT_FAILED, slot, 0, cb->last_error, cb->inbox_head, cb->failed_index, 0);
     } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
-        rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, 0);
+        rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, rv_reclaim_k2k(g, slot));
     }
     rec->reported_state = state;
 }

@@ -251,8 +251,10 @@ pub struct CommandRequest {
 
 struct PendingOp {
     cmd_id: u64,
-    /// Create/Restart: first inbox index of the new incarnation.
+    /// First inbox index of the new incarnation (Create/Restart), or the tail at submission.
     cutoff: u32,
+    /// A Create or Restart: messages from `cutoff` on belong to the incarnation it brings up.
+    recreate: bool,
     /// Restart: inbox cells from here on are not reusable until the outcome is read back.
     floor: Option<u32>,
     accepting_before: bool,
@@ -524,7 +526,13 @@ impl Device {
             lock(&inner.commands).remove(&cmd_id);
             return Err(e);
         }
-        host.pending = Some(PendingOp { cmd_id, cutoff: host.tail, floor, accepting_before: host.accepting });
+        host.pending = Some(PendingOp {
+            cmd_id,
+            cutoff: host.tail,
+            recreate: matches!(req.op, CommandOp::Create | CommandOp::Restart),
+            floor,
+            accepting_before: host.accepting,
+        });
         host.accepting = match req.op {
             CommandOp::Create | CommandOp::Restart => true,
             CommandOp::Kill | CommandOp::Drain => false,
@@ -828,15 +836,19 @@ impl DeviceInner {
     /// Reads events and outboxes once. Returns true if it found anything.
     fn poll_once(&self, sweep: &mut Vec<u32>, outbox_heads: &mut [u32], event_head: &mut u32) -> bool {
         let mut work = false;
+        sweep.clear();
         let tail = self.grid.event_tail();
         while *event_head != tail {
             let raw = self.grid.read_event(*event_head);
             *event_head = event_head.wrapping_add(1);
             self.grid.release_events(*event_head);
             self.handle_event(&raw);
+            // block 0 may have answered discarded kernel-to-kernel messages in this slot's outbox
+            if raw.slot < self.grid.slot_count() {
+                sweep.push(raw.slot);
+            }
             work = true;
         }
-        sweep.clear();
         match self.executor.dirty_slots() {
             Some(dirty) => {
                 dirty.drain(|s| sweep.push(s));
@@ -906,9 +918,14 @@ impl DeviceInner {
                     host.accepting = true;
                 }
                 EventKind::Killed | EventKind::Drained => {
-                    let cutoff = host.tail;
+                    // Messages sent after a Create/Restart that is already in flight are for the next
+                    // incarnation, not leftovers of this one.
+                    let recreate = host.pending.as_ref().filter(|p| p.recreate && !pending_matches).map(|p| p.cutoff);
+                    let cutoff = recreate.unwrap_or(host.tail);
                     self.collect_leftovers(&mut host, &event, cutoff, &mut undelivered);
-                    host.accepting = false;
+                    if recreate.is_none() {
+                        host.accepting = false;
+                    }
                 }
                 EventKind::Failed => {
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {

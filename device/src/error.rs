@@ -32,6 +32,8 @@ pub enum DeviceCode {
     Injected,
     /// The test behaviour received its poison payload.
     Poison,
+    /// A kernel-to-kernel message's target is not running, or discarded it when it was killed or restarted.
+    TargetGone,
     /// A behaviour's own failure code (>= 1000).
     User(i32),
     /// A code this version does not know.
@@ -55,6 +57,7 @@ impl DeviceCode {
             RV_ERR_NOT_ALLOWED => Self::NotAllowed,
             RV_ERR_INJECTED => Self::Injected,
             RV_ERR_POISON => Self::Poison,
+            RV_ERR_TARGET_GONE => Self::TargetGone,
             c if c >= RV_ERR_USER_BASE => Self::User(c),
             c => Self::Other(c),
         }
@@ -76,6 +79,7 @@ impl DeviceCode {
             Self::NotAllowed => RV_ERR_NOT_ALLOWED,
             Self::Injected => RV_ERR_INJECTED,
             Self::Poison => RV_ERR_POISON,
+            Self::TargetGone => RV_ERR_TARGET_GONE,
             Self::User(c) | Self::Other(c) => c,
         }
     }

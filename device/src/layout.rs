@@ -87,6 +87,7 @@ pub const RV_ERR_K2K_FULL: i32 = 10;
 pub const RV_ERR_NOT_ALLOWED: i32 = 11;
 pub const RV_ERR_INJECTED: i32 = 12;
 pub const RV_ERR_POISON: i32 = 13;
+pub const RV_ERR_TARGET_GONE: i32 = 14;
 pub const RV_ERR_USER_BASE: i32 = 1000;
 
 /// Step result bits.
