@@ -27,6 +27,8 @@ fn main() {
     match std::env::var("RINGVISOR_KERNEL_SANITIZER").as_deref() {
         Ok("thread") => {
             build.flag("-fsanitize=thread").flag("-g").flag("-fno-omit-frame-pointer");
+            // the sanitizer runtime, for every binary that links the kernel code
+            println!("cargo:rustc-link-lib=dylib=tsan");
         }
         Ok("address") => {
             build
@@ -34,6 +36,8 @@ fn main() {
                 .flag("-fno-sanitize-recover=undefined")
                 .flag("-g")
                 .flag("-fno-omit-frame-pointer");
+            println!("cargo:rustc-link-lib=dylib=asan");
+            println!("cargo:rustc-link-lib=dylib=ubsan");
         }
         Ok("") | Err(_) => {}
         Ok(other) => panic!("RINGVISOR_KERNEL_SANITIZER must be `thread` or `address`, not `{other}`"),
