@@ -143,7 +143,13 @@ fn churn_under_load_loses_and_duplicates_nothing() {
     let unknown: Vec<_> = answered.union(&undelivered).filter(|c| !sent.contains(c)).collect();
     assert!(unknown.is_empty(), "replies for messages never sent: {unknown:?}");
     let missing: Vec<_> = sent.iter().filter(|c| !answered.contains(c) && !undelivered.contains(c)).collect();
-    assert!(missing.is_empty(), "{} of {} messages unaccounted for, e.g. {:?}", missing.len(), sent.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} of {} messages unaccounted for, e.g. {:?}",
+        missing.len(),
+        sent.len(),
+        &missing[..missing.len().min(5)]
+    );
     let stats = device.stats();
     eprintln!(
         "seed {seed}: {} sent, {} answered, {} undelivered ({} left in inbox, {} in flight at crash), {} events",
@@ -154,5 +160,5 @@ fn churn_under_load_loses_and_duplicates_nothing() {
         stats.undelivered_in_flight,
         stats.events
     );
-    assert!(undelivered.len() > 0 && answered.len() > 0, "the run exercised both outcomes");
+    assert!(!undelivered.is_empty() && !answered.is_empty(), "the run exercised both outcomes");
 }

@@ -51,9 +51,8 @@ fn thousand_actors_thousand_messages_each_every_reply_exact() {
         .collect();
     let got = collector.join().unwrap();
     let elapsed = started.elapsed();
-    let expected_sum: i64 = (0..PRODUCERS)
-        .flat_map(|p| (0..PER_ACTOR / PRODUCERS).map(move |i| (p * PER_ACTOR + i) as i64))
-        .sum();
+    let expected_sum: i64 =
+        (0..PRODUCERS).flat_map(|p| (0..PER_ACTOR / PRODUCERS).map(move |i| (p * PER_ACTOR + i) as i64)).sum();
     // every message got exactly one reply, from the actor it was sent to
     let mut final_by_slot: HashMap<u32, (i64, u64)> = HashMap::new();
     for ids in &sent {
@@ -84,5 +83,11 @@ fn thousand_actors_thousand_messages_each_every_reply_exact() {
     let stats = device.stats();
     assert_eq!(stats.messages_sent, total as u64);
     assert_eq!(stats.replies, total as u64);
-    eprintln!("{} messages through {} actors in {:?} ({:.0} msg/s, debug build)", total, ACTORS, elapsed, total as f64 / elapsed.as_secs_f64());
+    eprintln!(
+        "{} messages through {} actors in {:?} ({:.0} msg/s, debug build)",
+        total,
+        ACTORS,
+        elapsed,
+        total as f64 / elapsed.as_secs_f64()
+    );
 }

@@ -68,7 +68,9 @@ pub struct Behaviours {
 }
 
 fn is_ident(s: &str) -> bool {
-    !s.is_empty() && !s.starts_with(|c: char| c.is_ascii_digit()) && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Behaviours {
@@ -92,8 +94,9 @@ impl Behaviours {
     /// Compiles the behaviours into static library `lib_name` and writes `$OUT_DIR/ringvisor_behaviours.rs`.
     pub fn compile(self, lib_name: &str) -> Result<(), BuildError> {
         let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or(BuildError::NotInBuildScript("OUT_DIR"))?);
-        let manifest =
-            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").ok_or(BuildError::NotInBuildScript("CARGO_MANIFEST_DIR"))?);
+        let manifest = PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR").ok_or(BuildError::NotInBuildScript("CARGO_MANIFEST_DIR"))?,
+        );
         let krate = self.crate_path.unwrap_or_else(|| "ringvisor::device".into());
         let mut seen = std::collections::HashSet::new();
         let mut files = Vec::new();
@@ -128,7 +131,8 @@ impl Behaviours {
             );
         }
         let _ = writeln!(rs, "}}\n\n/// The behaviours compiled by this crate's build script.");
-        let _ = writeln!(rs, "pub fn user_behaviours() -> ::std::vec::Vec<{krate}::UserBehaviour> {{\n    ::std::vec![");
+        let _ =
+            writeln!(rs, "pub fn user_behaviours() -> ::std::vec::Vec<{krate}::UserBehaviour> {{\n    ::std::vec![");
         for e in &self.entries {
             let path = if e.file.is_absolute() { e.file.clone() } else { manifest.join(&e.file) };
             let _ = writeln!(

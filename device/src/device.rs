@@ -285,6 +285,9 @@ struct Counters {
 }
 
 type CommandWaiter = Arc<Completion<Result<SlotEvent, DeviceError>>>;
+type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
+/// A subscriber: an optional slot filter and the stream (dropped streams are pruned).
+type Subscriber = (Option<u32>, Weak<StreamInner<SlotEvent>>);
 
 pub(crate) struct DeviceInner {
     grid: SharedGrid,
@@ -296,9 +299,9 @@ pub(crate) struct DeviceInner {
     next_cmd_id: AtomicU64,
     next_correlation: AtomicU64,
     commands: Mutex<HashMap<u64, CommandWaiter>>,
-    calls: Mutex<HashMap<u64, Arc<Completion<Result<Reply, DeviceError>>>>>,
+    calls: Mutex<HashMap<u64, CallWaiter>>,
     replies: Stream<Reply>,
-    subscribers: Mutex<Vec<(Option<u32>, Weak<StreamInner<SlotEvent>>)>>,
+    subscribers: Mutex<Vec<Subscriber>>,
     poller_parker: Arc<backend::cpu::Parker>,
     closed: AtomicBool,
     counters: Counters,
@@ -333,7 +336,9 @@ impl Device {
             Backend::Cpu(cpu) => {
                 Box::new(CpuExecutor::start(cpu.clone(), header, config.behaviours.host_table(), wake_poller)?)
             }
-            Backend::Cuda(cuda) => Box::new(backend::cuda::CudaExecutor::start(cuda.clone(), header, &config.behaviours)?),
+            Backend::Cuda(cuda) => {
+                Box::new(backend::cuda::CudaExecutor::start(cuda.clone(), header, &config.behaviours)?)
+            }
         };
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
         // alive for as long as it lives; DeviceInner owns the executor.
@@ -621,13 +626,7 @@ impl Device {
         self.finish_call(correlation, out)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn start_call(
-        &self,
-        slot: u32,
-        payload: &[u8],
-        deadline: Instant,
-    ) -> Result<(u64, Arc<Completion<Result<Reply, DeviceError>>>), DeviceError> {
+    fn start_call(&self, slot: u32, payload: &[u8], deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         let waiter = Arc::new(Completion::new());
         lock(&self.inner.calls).insert(correlation, waiter.clone());
@@ -657,7 +656,13 @@ impl Device {
         }
     }
 
-    fn write_message(&self, slot: u32, payload: &[u8], want_reply: bool, deadline: Option<Instant>) -> Result<u64, DeviceError> {
+    fn write_message(
+        &self,
+        slot: u32,
+        payload: &[u8],
+        want_reply: bool,
+        deadline: Option<Instant>,
+    ) -> Result<u64, DeviceError> {
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         let env = Envelope::to_actor(slot, correlation, payload, want_reply)?;
         self.write_envelope(slot, env, deadline)?;
@@ -806,7 +811,8 @@ impl Device {
 
 /// The host's hybrid-logical-clock stamp for a message: wall-clock milliseconds in the high 48 bits.
 fn host_hlc() -> u64 {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     ms << 16
 }
 
@@ -930,7 +936,11 @@ impl DeviceInner {
                 EventKind::Failed => {
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {
                         let env = Envelope::from_raw(&self.grid.read_inbox(event.slot, event.failed_index));
-                        undelivered.push(Undelivered { slot: event.slot, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
+                        undelivered.push(Undelivered {
+                            slot: event.slot,
+                            envelope: env,
+                            reason: UndeliveredReason::InFlightAtCrash,
+                        });
                         host.poison_reported = Some(event.failed_index);
                     }
                 }
@@ -994,7 +1004,10 @@ impl DeviceInner {
     fn collect_leftovers(&self, host: &mut SlotHost, event: &DeviceEvent, cutoff: u32, out: &mut Vec<Undelivered>) {
         let slot = event.slot;
         let capacity = self.grid.config().inbox_capacity;
-        if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() && !at_or_after(event.failed_index, cutoff) {
+        if event.failed_index != RV_NO_INDEX
+            && host.poison_reported.is_none()
+            && !at_or_after(event.failed_index, cutoff)
+        {
             let env = Envelope::from_raw(&self.grid.read_inbox(slot, event.failed_index));
             out.push(Undelivered { slot, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
             host.poison_reported = Some(event.failed_index);

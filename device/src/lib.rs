@@ -26,7 +26,9 @@ mod shared;
 mod sync;
 
 pub use backend::cpu::CpuConfig;
-pub use backend::cuda::{driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaMode};
+pub use backend::cuda::{
+    driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaMode,
+};
 pub use backend::Backend;
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use device::{CommandRequest, Device, DeviceConfig, DeviceStats, Fault, PendingCommand, SlotSnapshot};

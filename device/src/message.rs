@@ -171,7 +171,11 @@ pub fn pod_bytes<T: bytemuck::Pod>(value: &T) -> &[u8] {
 pub fn encode_archived<T>(value: &T) -> Result<Vec<u8>, DeviceError>
 where
     T: for<'a> rkyv::Serialize<
-        rkyv::api::high::HighSerializer<rkyv::util::AlignedVec, rkyv::ser::allocator::ArenaHandle<'a>, rkyv::rancor::Error>,
+        rkyv::api::high::HighSerializer<
+            rkyv::util::AlignedVec,
+            rkyv::ser::allocator::ArenaHandle<'a>,
+            rkyv::rancor::Error,
+        >,
     >,
 {
     let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(value).map_err(|e| DeviceError::Codec(e.to_string()))?;

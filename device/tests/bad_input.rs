@@ -102,25 +102,20 @@ fn device_rejects_invalid_commands_and_changes_nothing() {
 fn stale_generation_and_illegal_transition_are_error_results_on_the_host() {
     let d = open(2);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
-    let stale = CommandRequest {
-        op: CommandOp::Kill,
-        slot: 0,
-        expected_generation: Some(0),
-        behaviour: None,
-        init: vec![],
-    };
-    assert_eq!(d.submit(stale).unwrap().wait_blocking(T).unwrap_err(), DeviceError::Rejected {
-        slot: 0,
-        code: DeviceCode::StaleGeneration
-    });
-    assert_eq!(d.kill(1).unwrap().wait_blocking(T).unwrap_err(), DeviceError::Rejected {
-        slot: 1,
-        code: DeviceCode::IllegalTransition
-    });
-    assert_eq!(d.resume(0).unwrap().wait_blocking(T).unwrap_err(), DeviceError::Rejected {
-        slot: 0,
-        code: DeviceCode::IllegalTransition
-    });
+    let stale =
+        CommandRequest { op: CommandOp::Kill, slot: 0, expected_generation: Some(0), behaviour: None, init: vec![] };
+    assert_eq!(
+        d.submit(stale).unwrap().wait_blocking(T).unwrap_err(),
+        DeviceError::Rejected { slot: 0, code: DeviceCode::StaleGeneration }
+    );
+    assert_eq!(
+        d.kill(1).unwrap().wait_blocking(T).unwrap_err(),
+        DeviceError::Rejected { slot: 1, code: DeviceCode::IllegalTransition }
+    );
+    assert_eq!(
+        d.resume(0).unwrap().wait_blocking(T).unwrap_err(),
+        DeviceError::Rejected { slot: 0, code: DeviceCode::IllegalTransition }
+    );
     // after a rejected kill the slot still accepts messages
     assert_eq!(d.call(0, b"ok", T).unwrap().payload().unwrap(), b"ok");
 }
@@ -133,8 +128,10 @@ fn malformed_envelopes_get_an_error_reply_and_the_actor_keeps_running() {
     d.send_envelope(0, base(1).with_raw_header(RV_KIND_REPLY as u8, 3, 0)).unwrap();
     d.send_envelope(0, base(2).with_raw_header(RV_KIND_USER as u8, 500, 0)).unwrap();
     d.send_envelope(0, base(3).with_raw_header(RV_KIND_USER as u8, 3, 1)).unwrap();
-    let mut got: Vec<(u64, DeviceError)> =
-        (0..3).map(|_| d.replies().recv_timeout(T).unwrap()).map(|r| (r.correlation, r.payload().unwrap_err())).collect();
+    let mut got: Vec<(u64, DeviceError)> = (0..3)
+        .map(|_| d.replies().recv_timeout(T).unwrap())
+        .map(|r| (r.correlation, r.payload().unwrap_err()))
+        .collect();
     got.sort_by_key(|g| g.0);
     for (i, (c, e)) in got.iter().enumerate() {
         assert_eq!(*c, i as u64 + 1);

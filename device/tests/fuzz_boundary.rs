@@ -77,7 +77,10 @@ fn random_envelopes_and_commands_never_touch_other_slots() {
     assert!(seen > 100, "the fuzzed commands produced events ({seen})");
     let neighbours_after: Vec<SlotSnapshot> = [0, 2].iter().map(|&s| d.snapshot(s).unwrap()).collect();
     for (b, a) in neighbours_before.iter().zip(&neighbours_after) {
-        assert_eq!((a.state, a.generation, a.messages_processed, a.inbox, a.k2k), (b.state, b.generation, b.messages_processed, b.inbox, b.k2k));
+        assert_eq!(
+            (a.state, a.generation, a.messages_processed, a.inbox, a.k2k),
+            (b.state, b.generation, b.messages_processed, b.inbox, b.k2k)
+        );
         assert_eq!(a.bad_envelopes, 0);
     }
     for s in [0, 2] {

@@ -34,47 +34,192 @@ macro_rules! consts {
 
 fn rust_view() -> BTreeMap<String, (u64, u64)> {
     let mut m = BTreeMap::new();
-    fields!(m, "rv_envelope", RawEnvelope, [kind, flags, payload_len, source, destination, generation, correlation, hlc, payload]);
+    fields!(
+        m,
+        "rv_envelope",
+        RawEnvelope,
+        [kind, flags, payload_len, source, destination, generation, correlation, hlc, payload]
+    );
     fields!(m, "rv_error_payload", RawErrorPayload, [code, detail]);
-    fields!(m, "rv_control_block", RawControlBlock, [
-        state, generation, heartbeat, messages_processed, last_error, behaviour, hlc, failed_index, request_ack,
-        k2k_sent, k2k_received, k2k_dropped, bad_envelopes, host_pending_op, host_flags, fault_flags, fault_seq,
-        fault_arg, host_reserved, inbox_head, outbox_tail, request, request_seq, drain_until, fault_ack,
-        stall_until_ns, device_reserved, inbox_tail, outbox_head, host_index_reserved,
-    ]);
-    fields!(m, "rv_command", RawCommand, [op, slot, expected_generation, behaviour, cmd_id, inbox_index, init_len, init]);
-    fields!(m, "rv_event", RawEvent, [
-        kind, slot, generation, state, code, inbox_head, failed_index, k2k_dropped, cmd_id, time_ns,
-        messages_processed, op, reserved,
-    ]);
-    fields!(m, "rv_grid_header", RawGridHeader, [
-        magic, version, slot_count, inbox_capacity, outbox_capacity, k2k_capacity, command_capacity,
-        event_capacity, state_bytes, payload_bytes, shared_bytes, local_bytes, off_blocks, off_commands,
-        off_events, off_inboxes, off_outboxes, off_sv_records, off_attention, off_k2k_meta, off_k2k_cells,
-        off_state, config_reserved, terminate, host_reserved, supervisor_heartbeat, commands_processed,
-        events_published, device_reserved, command_tail, pad4, command_head, pad5, event_tail, pad6,
-        event_head, pad7,
-    ]);
+    fields!(
+        m,
+        "rv_control_block",
+        RawControlBlock,
+        [
+            state,
+            generation,
+            heartbeat,
+            messages_processed,
+            last_error,
+            behaviour,
+            hlc,
+            failed_index,
+            request_ack,
+            k2k_sent,
+            k2k_received,
+            k2k_dropped,
+            bad_envelopes,
+            host_pending_op,
+            host_flags,
+            fault_flags,
+            fault_seq,
+            fault_arg,
+            host_reserved,
+            inbox_head,
+            outbox_tail,
+            request,
+            request_seq,
+            drain_until,
+            fault_ack,
+            stall_until_ns,
+            device_reserved,
+            inbox_tail,
+            outbox_head,
+            host_index_reserved,
+        ]
+    );
+    fields!(
+        m,
+        "rv_command",
+        RawCommand,
+        [op, slot, expected_generation, behaviour, cmd_id, inbox_index, init_len, init]
+    );
+    fields!(
+        m,
+        "rv_event",
+        RawEvent,
+        [
+            kind,
+            slot,
+            generation,
+            state,
+            code,
+            inbox_head,
+            failed_index,
+            k2k_dropped,
+            cmd_id,
+            time_ns,
+            messages_processed,
+            op,
+            reserved,
+        ]
+    );
+    fields!(
+        m,
+        "rv_grid_header",
+        RawGridHeader,
+        [
+            magic,
+            version,
+            slot_count,
+            inbox_capacity,
+            outbox_capacity,
+            k2k_capacity,
+            command_capacity,
+            event_capacity,
+            state_bytes,
+            payload_bytes,
+            shared_bytes,
+            local_bytes,
+            off_blocks,
+            off_commands,
+            off_events,
+            off_inboxes,
+            off_outboxes,
+            off_sv_records,
+            off_attention,
+            off_k2k_meta,
+            off_k2k_cells,
+            off_state,
+            config_reserved,
+            terminate,
+            host_reserved,
+            supervisor_heartbeat,
+            commands_processed,
+            events_published,
+            device_reserved,
+            command_tail,
+            pad4,
+            command_head,
+            pad5,
+            event_tail,
+            pad6,
+            event_head,
+            pad7,
+        ]
+    );
     fields!(m, "rv_sv_record", RawSvRecord, [pending_op, reported_state, reserved, pending]);
     fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, pad0, head, pad1]);
     fields!(m, "rv_k2k_cell", RawK2kCell, [seq, reserved, env]);
-    fields!(m, "rv_grid_params", RawGridParams, [
-        slot_count, inbox_capacity, outbox_capacity, k2k_capacity, command_capacity, event_capacity, state_bytes,
-    ]);
-    consts!(m, [
-        RV_MAGIC, RV_PROTOCOL_VERSION, RV_PAYLOAD_BYTES, RV_INIT_BYTES, RV_MAX_BEHAVIOURS, RV_NO_INDEX,
-        RV_HOST_ENDPOINT, RV_MAX_SENDS_PER_MESSAGE,
-        RV_STATE_DORMANT, RV_STATE_INITIALIZING, RV_STATE_ACTIVE, RV_STATE_DRAINING, RV_STATE_TERMINATED, RV_STATE_FAILED,
-        RV_OP_NONE, RV_OP_CREATE, RV_OP_KILL, RV_OP_RESTART, RV_OP_DRAIN, RV_OP_RESUME,
-        RV_EVT_CREATED, RV_EVT_CREATE_FAILED, RV_EVT_KILLED, RV_EVT_RESTARTED, RV_EVT_DRAINING, RV_EVT_DRAINED,
-        RV_EVT_RESUMED, RV_EVT_FAILED, RV_EVT_REJECTED,
-        RV_KIND_USER, RV_KIND_REPLY, RV_KIND_INIT, RV_KIND_K2K, RV_KIND_ERROR, RV_KIND_VOID, RV_FLAG_NO_REPLY,
-        RV_FAULT_CRASH_NEXT, RV_FAULT_STALL,
-        RV_OK, RV_STALL, RV_ERR_SLOT_RANGE, RV_ERR_UNKNOWN_BEHAVIOUR, RV_ERR_ILLEGAL_TRANSITION,
-        RV_ERR_STALE_GENERATION, RV_ERR_BUSY, RV_ERR_BAD_COMMAND, RV_ERR_BAD_ENVELOPE, RV_ERR_PAYLOAD_TOO_LARGE,
-        RV_ERR_LIMIT, RV_ERR_K2K_FULL, RV_ERR_NOT_ALLOWED, RV_ERR_INJECTED, RV_ERR_POISON, RV_ERR_TARGET_GONE, RV_ERR_USER_BASE,
-        RV_STEP_PROGRESS, RV_STEP_REPLIED, RV_STEP_ATTENTION,
-    ]);
+    fields!(
+        m,
+        "rv_grid_params",
+        RawGridParams,
+        [slot_count, inbox_capacity, outbox_capacity, k2k_capacity, command_capacity, event_capacity, state_bytes,]
+    );
+    consts!(
+        m,
+        [
+            RV_MAGIC,
+            RV_PROTOCOL_VERSION,
+            RV_PAYLOAD_BYTES,
+            RV_INIT_BYTES,
+            RV_MAX_BEHAVIOURS,
+            RV_NO_INDEX,
+            RV_HOST_ENDPOINT,
+            RV_MAX_SENDS_PER_MESSAGE,
+            RV_STATE_DORMANT,
+            RV_STATE_INITIALIZING,
+            RV_STATE_ACTIVE,
+            RV_STATE_DRAINING,
+            RV_STATE_TERMINATED,
+            RV_STATE_FAILED,
+            RV_OP_NONE,
+            RV_OP_CREATE,
+            RV_OP_KILL,
+            RV_OP_RESTART,
+            RV_OP_DRAIN,
+            RV_OP_RESUME,
+            RV_EVT_CREATED,
+            RV_EVT_CREATE_FAILED,
+            RV_EVT_KILLED,
+            RV_EVT_RESTARTED,
+            RV_EVT_DRAINING,
+            RV_EVT_DRAINED,
+            RV_EVT_RESUMED,
+            RV_EVT_FAILED,
+            RV_EVT_REJECTED,
+            RV_KIND_USER,
+            RV_KIND_REPLY,
+            RV_KIND_INIT,
+            RV_KIND_K2K,
+            RV_KIND_ERROR,
+            RV_KIND_VOID,
+            RV_FLAG_NO_REPLY,
+            RV_FAULT_CRASH_NEXT,
+            RV_FAULT_STALL,
+            RV_OK,
+            RV_STALL,
+            RV_ERR_SLOT_RANGE,
+            RV_ERR_UNKNOWN_BEHAVIOUR,
+            RV_ERR_ILLEGAL_TRANSITION,
+            RV_ERR_STALE_GENERATION,
+            RV_ERR_BUSY,
+            RV_ERR_BAD_COMMAND,
+            RV_ERR_BAD_ENVELOPE,
+            RV_ERR_PAYLOAD_TOO_LARGE,
+            RV_ERR_LIMIT,
+            RV_ERR_K2K_FULL,
+            RV_ERR_NOT_ALLOWED,
+            RV_ERR_INJECTED,
+            RV_ERR_POISON,
+            RV_ERR_TARGET_GONE,
+            RV_ERR_USER_BASE,
+            RV_STEP_PROGRESS,
+            RV_STEP_REPLIED,
+            RV_STEP_ATTENTION,
+        ]
+    );
     m
 }
 

@@ -23,8 +23,13 @@ fn behaviours() -> BehaviourSet {
     // The host function is irrelevant to NVRTC; reuse a built-in's so the set is well formed.
     // SAFETY: returns a pointer to a function of the linked kernel library.
     let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(1) }.expect("echo is linked");
-    set.register(UserBehaviour { name: "moving_average", function: "moving_average", host_fn, cuda_source: USER_SOURCE })
-        .unwrap();
+    set.register(UserBehaviour {
+        name: "moving_average",
+        function: "moving_average",
+        host_fn,
+        cuda_source: USER_SOURCE,
+    })
+    .unwrap();
     set
 }
 
@@ -54,6 +59,7 @@ fn a_compile_error_is_reported_with_the_log() {
     if !nvrtc_or_skip() {
         return;
     }
-    let err = nvrtc::compile("__global__ void k() { undefined_thing(); }", "bad.cu", 7, 0, nvrtc::Output::Ptx).unwrap_err();
+    let err =
+        nvrtc::compile("__global__ void k() { undefined_thing(); }", "bad.cu", 7, 0, nvrtc::Output::Ptx).unwrap_err();
     assert!(err.to_string().contains("undefined_thing"), "{err}");
 }

@@ -96,7 +96,11 @@ unsafe impl Send for CudaExecutor {}
 unsafe impl Sync for CudaExecutor {}
 
 impl CudaExecutor {
-    pub(crate) fn start(config: CudaConfig, header: RawGridHeader, behaviours: &BehaviourSet) -> Result<Self, DeviceError> {
+    pub(crate) fn start(
+        config: CudaConfig,
+        header: RawGridHeader,
+        behaviours: &BehaviourSet,
+    ) -> Result<Self, DeviceError> {
         if !driver_available() {
             return Err(DeviceError::BackendUnavailable(
                 "no CUDA driver (libcuda.so) found; use the CPU backend on this machine".into(),
@@ -123,10 +127,12 @@ impl CudaExecutor {
         let program = source::program(behaviours)?;
         // PTX for the device's own virtual architecture, JIT-compiled by the driver.
         let ptx = nvrtc::compile(&program, "ringvisor.cu", major, minor, nvrtc::Output::Ptx)?;
-        let ptx = CString::from_vec_with_nul(ptx).or_else(|e| CString::new(e.into_bytes()))
+        let ptx = CString::from_vec_with_nul(ptx)
+            .or_else(|e| CString::new(e.into_bytes()))
             .map_err(|_| DeviceError::InvalidConfig("nvrtc returned PTX with an interior NUL".into()))?;
         // SAFETY: a NUL-terminated PTX image.
-        let module = unsafe { result::module::load_data(ptx.as_ptr() as *const c_void) }.map_err(|e| driver_err("module load", e))?;
+        let module = unsafe { result::module::load_data(ptx.as_ptr() as *const c_void) }
+            .map_err(|e| driver_err("module load", e))?;
         let get = |n: &str| {
             let c = CString::new(n).expect("no NUL");
             // SAFETY: `module` is loaded; the name is NUL-terminated.
@@ -139,7 +145,8 @@ impl CudaExecutor {
         let shared_bytes = header.shared_bytes as usize;
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: plain allocation; zeroed below before any use.
-        let shared_host = unsafe { result::malloc_host(shared_bytes, flags) }.map_err(|e| driver_err("host alloc", e))? as *mut u8;
+        let shared_host =
+            unsafe { result::malloc_host(shared_bytes, flags) }.map_err(|e| driver_err("host alloc", e))? as *mut u8;
         // SAFETY: `shared_host` points to `shared_bytes` writable bytes; the header fits (shared_bytes > 576).
         unsafe {
             std::ptr::write_bytes(shared_host, 0, shared_bytes);
@@ -151,9 +158,11 @@ impl CudaExecutor {
             .result()
             .map_err(|e| driver_err("map host memory", e))?;
         // SAFETY: plain device allocation, zeroed before use.
-        let local_dev = unsafe { result::malloc_sync(header.local_bytes as usize) }.map_err(|e| driver_err("device alloc", e))?;
+        let local_dev =
+            unsafe { result::malloc_sync(header.local_bytes as usize) }.map_err(|e| driver_err("device alloc", e))?;
         // SAFETY: `local_dev` has local_bytes bytes.
-        unsafe { result::memset_d8_sync(local_dev, 0, header.local_bytes as usize) }.map_err(|e| driver_err("memset", e))?;
+        unsafe { result::memset_d8_sync(local_dev, 0, header.local_bytes as usize) }
+            .map_err(|e| driver_err("memset", e))?;
 
         // Grid sizing: every block must be resident at once.
         // SAFETY: `main_fn` is a valid function of the loaded module.
@@ -165,7 +174,8 @@ impl CudaExecutor {
         let slots_per_block = header.slot_count.div_ceil(actor_blocks);
         let grid = 1 + header.slot_count.div_ceil(slots_per_block);
 
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_err("stream", e))?;
+        let stream =
+            result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_err("stream", e))?;
         // Initialise the local region (k2k sequence numbers) with the same C function the CPU backend uses.
         {
             let mut s = shared_dev;
@@ -179,7 +189,8 @@ impl CudaExecutor {
             unsafe { result::stream::synchronize(stream) }.map_err(|e| driver_err("init sync", e))?;
         }
 
-        let launch = Launch { function: main_fn, stream, grid, slots_per_block, budget: config.budget, shared_dev, local_dev };
+        let launch =
+            Launch { function: main_fn, stream, grid, slots_per_block, budget: config.budget, shared_dev, local_dev };
         let mode = config.mode;
         let ctx_addr = ctx as usize;
         let shared_addr = shared_host as usize;
@@ -187,7 +198,8 @@ impl CudaExecutor {
             .name("ringvisor-cuda".into())
             .spawn(move || run_kernel(ctx_addr as sys::CUcontext, launch, mode, shared_addr))
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the launcher thread: {e}")))?;
-        let description = format!("cuda {name} (sm_{major}{minor}, {grid} blocks, {slots_per_block} slots per block, {mode:?})");
+        let description =
+            format!("cuda {name} (sm_{major}{minor}, {grid} blocks, {slots_per_block} slots per block, {mode:?})");
         tracing::info!(%description, "cuda backend started");
         Ok(Self {
             ctx,
@@ -212,7 +224,10 @@ fn run_kernel(ctx: sys::CUcontext, mut l: Launch, mode: CudaMode, shared_host: u
     let terminate = |h: usize| {
         let header = h as *mut RawGridHeader;
         // SAFETY: the header lives in the shared region, valid while the executor lives.
-        unsafe { crate::shared::load_u32(std::ptr::addr_of_mut!((*header).terminate), std::sync::atomic::Ordering::Acquire) != 0 }
+        unsafe {
+            crate::shared::load_u32(std::ptr::addr_of_mut!((*header).terminate), std::sync::atomic::Ordering::Acquire)
+                != 0
+        }
     };
     loop {
         let mut iters = iterations;
@@ -255,7 +270,11 @@ impl Executor for CudaExecutor {
         let header = self.shared_host as *mut RawGridHeader;
         // SAFETY: the header is in the live shared region.
         unsafe {
-            crate::shared::store_u32(std::ptr::addr_of_mut!((*header).terminate), 1, std::sync::atomic::Ordering::Release)
+            crate::shared::store_u32(
+                std::ptr::addr_of_mut!((*header).terminate),
+                1,
+                std::sync::atomic::Ordering::Release,
+            )
         };
         if let Some(t) = self.launcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
             match t.join() {

@@ -55,7 +55,9 @@ pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output)
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings; no headers are passed (the program is flattened).
     check(
-        unsafe { sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) },
+        unsafe {
+            sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        },
         "create",
     )?;
     let result = (|| {
