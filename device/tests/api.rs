@@ -56,15 +56,15 @@ async fn async_commands_calls_and_streams() {
         async move { d.call_async(1, &i.to_le_bytes(), T).await.unwrap() }
     });
     let replies = futures_join_all(calls).await;
-    let max = replies.iter().map(|r| i64_of(r)).max().unwrap();
+    let max = replies.iter().map(i64_of).max().unwrap();
     assert_eq!(max, 55);
     d.post(1, &1i64.to_le_bytes(), T).unwrap();
     assert_eq!(i64_of(&d.replies().recv().await.unwrap()), 56);
 }
 
-async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
