@@ -193,9 +193,11 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     return RV_OK;
 }
 
-/* Initialises the LOCAL region of one slot (k2k sequence numbers). The region is zeroed before. */
+/* Initialises one slot before the kernel starts (both regions are zeroed before): k2k sequence numbers, and
+ * the control block fields whose zero is not "none". */
 RV_STEP_API void rv_init_local_slot(const rv_grid_view *g, uint32_t slot) {
     if (slot >= g->slot_count) return;
+    g->blocks[slot].failed_index = RV_NO_INDEX;
     for (uint32_t i = 0; i < g->k2k_capacity; ++i) rv_k2k_cell_at(g, slot, i)->seq = i;
 }
 
@@ -615,7 +617,14 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     cb->stall_until_ns = 0;
     cb->fault_ack = rv_load_acquire_u32(&cb->fault_seq);
     cb->hlc = rv_hlc_next(cb->hlc, 0, rv_now_ns());
-    rv_store_release_u32(&cb->inbox_head, cmd->inbox_index);
+    /* The new incarnation starts at the host's cutoff, or after what the old one already consumed (it may
+     * have consumed messages sent after the host submitted the restart, before it saw the kill; those must
+     * not be processed twice). A message it failed on was handed back to the host: skip it too. */
+    uint32_t consumed_end = old_head;
+    if (old_failed != RV_NO_INDEX && old_failed == old_head) consumed_end = old_head + 1;
+    uint32_t start = cmd->inbox_index;
+    if ((int32_t)(consumed_end - start) > 0) start = consumed_end;
+    rv_store_release_u32(&cb->inbox_head, start);
 
     rv_envelope init;
     rv_zero_bytes(&init, sizeof(init));
@@ -664,6 +673,11 @@ RV_FN void rv_sv_request(const rv_grid_view *g, const rv_command *cmd, uint32_t 
     rv_store_release_u32(&cb->request_seq, cb->request_seq + 1);
 }
 
+/* A host-given inbox index must lie within one inbox capacity of the device's head, on either side. */
+RV_FN int rv_index_near(const rv_grid_view *g, uint32_t index, uint32_t head) {
+    return (uint32_t)(index - head) <= g->inbox_capacity || (uint32_t)(head - index) <= g->inbox_capacity;
+}
+
 RV_FN int rv_init_valid(const rv_grid_view *g, const rv_command *cmd) {
     if (!rv_behaviour_known(g, cmd->behaviour)) return RV_ERR_UNKNOWN_BEHAVIOUR;
     if (cmd->init_len > RV_INIT_BYTES) return RV_ERR_BAD_COMMAND;
@@ -686,14 +700,13 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
         if (state != RV_STATE_DORMANT && state != RV_STATE_TERMINATED)
             return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
-        if ((uint32_t)(cmd->inbox_index - cb->inbox_head) > g->inbox_capacity)
-            return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
+        if (!rv_index_near(g, cmd->inbox_index, cb->inbox_head)) return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
         return rv_sv_create(g, cmd, RV_EVT_CREATED);
     case RV_OP_RESTART:
         if (state == RV_STATE_DORMANT || state == RV_STATE_INITIALIZING)
             return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
-        if ((uint32_t)(cmd->inbox_index - rv_load_acquire_u32(&cb->inbox_head)) > g->inbox_capacity)
+        if (!rv_index_near(g, cmd->inbox_index, rv_load_acquire_u32(&cb->inbox_head)))
             return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
         if (running) return rv_sv_request(g, cmd, RV_OP_KILL);
         return rv_sv_create(g, cmd, RV_EVT_RESTARTED);
