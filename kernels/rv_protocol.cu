@@ -110,6 +110,22 @@ RV_FN void rv_raise_attention(const rv_grid_view *g, uint32_t slot) {
     rv_fetch_or_u32(&g->attention[slot >> 5], 1u << (slot & 31u));
 }
 
+/* A fresh per-message context for `slot` (nothing staged). */
+RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, uint32_t init_phase,
+                       const rv_envelope *msg) {
+    ctx->g = g;
+    ctx->cb = &g->blocks[slot];
+    ctx->slot = slot;
+    ctx->generation = ctx->cb->generation;
+    ctx->init_phase = init_phase;
+    ctx->msg = msg;
+    ctx->hlc = ctx->cb->hlc;
+    ctx->reply_cell = 0;
+    ctx->reply_staged = 0;
+    ctx->reply_forwarded = 0;
+    ctx->send_count = 0;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Layout: computed once, on the host, from the requested sizes. Written into the header.
  * ---------------------------------------------------------------------------------------------- */
@@ -381,17 +397,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     }
 
     rv_actor_ctx ctx;
-    ctx.g = g;
-    ctx.cb = cb;
-    ctx.slot = slot;
-    ctx.generation = cb->generation;
-    ctx.init_phase = 0;
-    ctx.msg = 0;
-    ctx.hlc = cb->hlc;
-    ctx.reply_cell = 0;
-    ctx.reply_staged = 0;
-    ctx.reply_forwarded = 0;
-    ctx.send_count = 0;
+    rv_ctx_init(&ctx, g, slot, 0, 0);
 
     uint32_t done = 0;
     uint32_t head = cb->inbox_head;
@@ -638,17 +644,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     init.hlc = cb->hlc;
     rv_copy_bytes(init.payload, cmd->init, cmd->init_len);
     rv_actor_ctx ctx;
-    ctx.g = g;
-    ctx.cb = cb;
-    ctx.slot = slot;
-    ctx.generation = cb->generation;
-    ctx.init_phase = 1;
-    ctx.msg = &init;
-    ctx.hlc = cb->hlc;
-    ctx.reply_cell = 0;
-    ctx.reply_staged = 0;
-    ctx.reply_forwarded = 0;
-    ctx.send_count = 0;
+    rv_ctx_init(&ctx, g, slot, 1, &init);
     int rc = rv_dispatch(g, cmd->behaviour, &ctx, &init);
     if (rc == RV_OK) {
         rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
