@@ -270,6 +270,9 @@ struct SlotHost {
     /// Inbox messages below this index are accounted for (processed or reported undelivered).
     reported_until: u32,
     poison_reported: Option<u32>,
+    /// The inbox tail when the host learned the actor had failed: a Restart of the failed slot keeps the
+    /// messages sent from here on for the new incarnation (they were sent to an actor being restarted).
+    failed_tail: Option<u32>,
     fault_flags: u32,
     fault_seq: u32,
 }
@@ -353,6 +356,7 @@ impl Device {
                     pending: None,
                     reported_until: 0,
                     poison_reported: None,
+                    failed_tail: None,
                     fault_flags: 0,
                     fault_seq: 0,
                 })
@@ -432,6 +436,8 @@ impl Device {
 
     /// Kills (if running) and re-creates the actor in `slot` with a new generation. Messages it had not
     /// consumed are handed back in the outcome; messages sent after this call wait for the new incarnation.
+    /// For a Failed slot, the messages sent after the host learned of the failure wait too (they were sent
+    /// to an actor about to be restarted); those queued before it are handed back.
     pub fn restart(&self, slot: u32, behaviour: impl AsBehaviour, init: &[u8]) -> Result<PendingCommand, DeviceError> {
         let behaviour = behaviour.resolve(&self.inner.behaviours)?;
         self.submit(CommandRequest {
@@ -513,13 +519,18 @@ impl Device {
         if host.pending.is_some() {
             return Err(DeviceError::CommandInFlight { slot: req.slot });
         }
+        // First inbox index of a new incarnation (Create/Restart); messages before it are handed back.
+        let cutoff = match (req.op, host.failed_tail) {
+            (CommandOp::Restart, Some(failed_tail)) if host.state == SlotState::Failed => failed_tail,
+            _ => host.tail,
+        };
         let mut raw = RawCommand {
             op: req.op.raw(),
             slot: req.slot,
             expected_generation: req.expected_generation.unwrap_or(host.generation),
             behaviour: req.behaviour.map(|b| b.0).unwrap_or(0),
             cmd_id,
-            inbox_index: host.tail,
+            inbox_index: cutoff,
             init_len: req.init.len() as u32,
             init: [0; RV_INIT_BYTES as usize],
         };
@@ -533,7 +544,7 @@ impl Device {
         }
         host.pending = Some(PendingOp {
             cmd_id,
-            cutoff: host.tail,
+            cutoff,
             recreate: matches!(req.op, CommandOp::Create | CommandOp::Restart),
             floor,
             accepting_before: host.accepting,
@@ -921,6 +932,7 @@ impl DeviceInner {
                     self.collect_leftovers(&mut host, &event, cutoff, &mut undelivered);
                     host.generation = event.generation;
                     host.poison_reported = None;
+                    host.failed_tail = None;
                     host.accepting = true;
                 }
                 EventKind::Killed | EventKind::Drained => {
@@ -934,6 +946,7 @@ impl DeviceInner {
                     }
                 }
                 EventKind::Failed => {
+                    host.failed_tail = Some(host.tail);
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {
                         let env = Envelope::from_raw(&self.grid.read_inbox(event.slot, event.failed_index));
                         undelivered.push(Undelivered {

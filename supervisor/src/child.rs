@@ -1,0 +1,142 @@
+//! How children start: GPU children (a slot actor over a device slot), host actors from a factory.
+//! (Nested supervisors start in `supervisor`.)
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorCell};
+
+use crate::services::Services;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a factory gets to start one incarnation of a host actor child.
+pub struct StartContext {
+    /// The supervisor: link the new actor to it (see [`StartContext::spawn_linked`]).
+    pub supervisor: ActorCell,
+    /// The child's id.
+    pub id: String,
+    /// Which start attempt of this child this is (the first start is 1).
+    pub attempt: u32,
+    /// Arguments of a dynamic (`simple_one_for_one`) start; empty otherwise.
+    pub args: Vec<u8>,
+    /// The tree's services (registry, dead letters, device).
+    pub services: Services,
+}
+
+impl StartContext {
+    /// Spawns `actor` linked to the supervisor, as a child must be.
+    pub async fn spawn_linked<A: Actor>(&self, actor: A, args: A::Arguments) -> Result<ActorCell, String> {
+        A::spawn_linked(None, actor, args, self.supervisor.clone())
+            .await
+            .map(|(actor_ref, _)| actor_ref.get_cell())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Starts one incarnation of a host actor child. Implemented for async closures
+/// `Fn(StartContext) -> impl Future<Output = Result<ActorCell, String>>`.
+pub trait ActorFactory: Send + Sync + 'static {
+    /// Spawns the actor linked to `ctx.supervisor`, or says why it could not.
+    fn start(&self, ctx: StartContext) -> BoxFuture<Result<ActorCell, String>>;
+}
+
+impl<F, Fut> ActorFactory for F
+where
+    F: Fn(StartContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<ActorCell, String>> + Send + 'static,
+{
+    fn start(&self, ctx: StartContext) -> BoxFuture<Result<ActorCell, String>> {
+        Box::pin(self(ctx))
+    }
+}
+
+/// Init bytes of a GPU child: fixed, or computed per start attempt.
+#[derive(Clone)]
+enum GpuInit {
+    Fixed(Vec<u8>),
+    PerAttempt(Arc<dyn Fn(u32) -> Vec<u8> + Send + Sync>),
+}
+
+/// A GPU actor child: a behaviour (by name), its init bytes, and optionally a fixed slot.
+#[derive(Clone)]
+pub struct GpuChild {
+    behaviour: String,
+    init: GpuInit,
+    slot: Option<u32>,
+    start_timeout: Duration,
+}
+
+impl fmt::Debug for GpuChild {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpuChild")
+            .field("behaviour", &self.behaviour)
+            .field("slot", &self.slot)
+            .field("start_timeout", &self.start_timeout)
+            .finish()
+    }
+}
+
+impl GpuChild {
+    /// A child running `behaviour` (a builtin such as `counter`, or a user behaviour), with empty init.
+    pub fn new(behaviour: impl Into<String>) -> Self {
+        Self {
+            behaviour: behaviour.into(),
+            init: GpuInit::Fixed(Vec::new()),
+            slot: None,
+            start_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Init bytes handed to the behaviour's init on every start.
+    pub fn init(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.init = GpuInit::Fixed(bytes.into());
+        self
+    }
+
+    /// Init bytes computed for each start attempt (the first start is attempt 1).
+    pub fn init_with(mut self, f: impl Fn(u32) -> Vec<u8> + Send + Sync + 'static) -> Self {
+        self.init = GpuInit::PerAttempt(Arc::new(f));
+        self
+    }
+
+    /// Pins the child to a slot (by default the lowest free slot is taken at first start).
+    pub fn slot(mut self, slot: u32) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// How long a start may wait for the device's answer (default 5 s).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// The behaviour's name.
+    pub fn behaviour(&self) -> &str {
+        &self.behaviour
+    }
+
+    /// The slot asked for, if any.
+    pub fn wanted_slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.start_timeout
+    }
+
+    pub(crate) fn init_for(&self, attempt: u32, dynamic_args: &[u8]) -> Vec<u8> {
+        if !dynamic_args.is_empty() {
+            return dynamic_args.to_vec();
+        }
+        match &self.init {
+            GpuInit::Fixed(b) => b.clone(),
+            GpuInit::PerAttempt(f) => f(attempt),
+        }
+    }
+}

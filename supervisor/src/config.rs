@@ -1,0 +1,536 @@
+//! Declarative supervision specs: load a [`SupervisorSpec`] from TOML and check any spec (built in code or
+//! loaded) for mistakes, reporting every problem with its path (`supervisor.children[2].restart: ...`).
+//!
+//! ```toml
+//! [supervisor]
+//! strategy = "one_for_one"      # one_for_all, rest_for_one, simple_one_for_one
+//! intensity = 3                 # restarts allowed ...
+//! period = 5                    # ... within this many seconds
+//! auto_shutdown = "never"       # any_significant, all_significant
+//!
+//! [[supervisor.children]]
+//! id = "counter"
+//! gpu = "counter"               # a GPU child running this behaviour (or `actor = "..."`, or a
+//!                               # `[supervisor.children.supervisor]` table for a nested supervisor)
+//! init = [0, 0, 0, 0]           # init bytes (optional)
+//! restart = "permanent"         # transient, temporary
+//! shutdown = 5000               # milliseconds, or "brutal_kill", or "infinity"
+//! name = "fleet/counters/main"  # registry name (optional)
+//! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
+//! ```
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toml::Value;
+
+use crate::child::{ActorFactory, GpuChild};
+use crate::registry::validate_name;
+use crate::spec::*;
+
+/// One problem in a spec, with where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// Path of the offending value (`supervisor.children[2].restart`), or `<toml>` for a syntax error.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found in a spec.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SpecErrors(pub Vec<SpecError>);
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads specs from TOML, resolving behaviour names (GPU children) and actor names (host children).
+#[derive(Default)]
+pub struct SpecLoader {
+    behaviours: Option<BTreeSet<String>>,
+    actors: HashMap<String, Arc<dyn ActorFactory>>,
+}
+
+impl SpecLoader {
+    /// A loader that knows no behaviours and no actors yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The behaviour names GPU children may use (typically `device.behaviours().names()`); without this
+    /// call, behaviour names are not checked at load time.
+    pub fn behaviours<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.behaviours = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes `actor = "<name>"` start host actors with `factory`.
+    pub fn actor(mut self, name: impl Into<String>, factory: impl ActorFactory) -> Self {
+        self.actors.insert(name.into(), Arc::new(factory));
+        self
+    }
+
+    /// Reads and loads a TOML file.
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<SupervisorSpec, SpecErrors> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SpecErrors(vec![SpecError { path: path.display().to_string(), message: format!("cannot read: {e}") }])
+        })?;
+        self.load_str(&text)
+    }
+
+    /// Loads a TOML document whose `[supervisor]` table is the root supervisor.
+    pub fn load_str(&self, text: &str) -> Result<SupervisorSpec, SpecErrors> {
+        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let message = e.message().to_string();
+            let at = e.span().map(|s| line_col(text, s.start)).unwrap_or_default();
+            SpecErrors(vec![SpecError { path: format!("<toml>{at}"), message }])
+        })?;
+        let mut w = Walker { loader: self, errors: Vec::new() };
+        for key in doc.keys().filter(|k| *k != "supervisor") {
+            w.err(key, "unknown top-level key (expected `supervisor`)");
+        }
+        let spec = match doc.get("supervisor") {
+            Some(v) => w.supervisor(v, "supervisor"),
+            None => {
+                w.err("supervisor", "missing table");
+                None
+            }
+        };
+        let mut errors = w.errors;
+        if let Some(spec) = &spec {
+            let mut problems = Vec::new();
+            check_tree(spec, "supervisor", &mut problems);
+            errors.extend(problems.into_iter().map(split_problem));
+        }
+        match spec {
+            Some(spec) if errors.is_empty() => Ok(spec),
+            _ => Err(SpecErrors(errors)),
+        }
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    format!(" line {line}, column {col}")
+}
+
+fn split_problem(p: String) -> SpecError {
+    match p.split_once(": ") {
+        Some((path, message)) => SpecError { path: path.to_string(), message: message.to_string() },
+        None => SpecError { path: String::new(), message: p },
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a datetime",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+struct Walker<'a> {
+    loader: &'a SpecLoader,
+    errors: Vec<SpecError>,
+}
+
+impl Walker<'_> {
+    fn err(&mut self, path: &str, message: impl Into<String>) {
+        self.errors.push(SpecError { path: path.to_string(), message: message.into() });
+    }
+
+    fn table<'v>(&mut self, v: &'v Value, path: &str) -> Option<&'v toml::Table> {
+        match v {
+            Value::Table(t) => Some(t),
+            other => {
+                self.err(path, format!("expected a table, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
+    fn unknown_keys(&mut self, t: &toml::Table, path: &str, known: &[&str]) {
+        for key in t.keys().filter(|k| !known.contains(&k.as_str())) {
+            self.err(&format!("{path}.{key}"), format!("unknown key (expected one of: {})", known.join(", ")));
+        }
+    }
+
+    fn string<'v>(&mut self, t: &'v toml::Table, key: &str, path: &str) -> Option<&'v str> {
+        match t.get(key)? {
+            Value::String(s) => Some(s),
+            other => {
+                self.err(&format!("{path}.{key}"), format!("expected a string, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
+    fn choice<T: Copy>(&mut self, t: &toml::Table, key: &str, path: &str, options: &[(&str, T)]) -> Option<T> {
+        let s = self.string(t, key, path)?;
+        match options.iter().find(|(name, _)| *name == s) {
+            Some((_, v)) => Some(*v),
+            None => {
+                let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+                self.err(
+                    &format!("{path}.{key}"),
+                    format!("unknown value \"{s}\" (expected one of: {})", names.join(", ")),
+                );
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, t: &toml::Table, key: &str, path: &str, min: i64) -> Option<i64> {
+        match t.get(key)? {
+            Value::Integer(n) if *n >= min => Some(*n),
+            Value::Integer(n) => {
+                self.err(&format!("{path}.{key}"), format!("must be at least {min}, found {n}"));
+                None
+            }
+            other => {
+                self.err(&format!("{path}.{key}"), format!("expected an integer, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, t: &toml::Table, key: &str, path: &str) -> Option<f64> {
+        match t.get(key)? {
+            Value::Integer(n) => Some(*n as f64),
+            Value::Float(x) => Some(*x),
+            other => {
+                self.err(&format!("{path}.{key}"), format!("expected a number, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
+    fn supervisor(&mut self, v: &Value, path: &str) -> Option<SupervisorSpec> {
+        let t = self.table(v, path)?;
+        self.unknown_keys(t, path, &["strategy", "intensity", "period", "auto_shutdown", "children"]);
+        let strategy = if t.contains_key("strategy") {
+            self.choice(
+                t,
+                "strategy",
+                path,
+                &[
+                    ("one_for_one", Strategy::OneForOne),
+                    ("one_for_all", Strategy::OneForAll),
+                    ("rest_for_one", Strategy::RestForOne),
+                    ("simple_one_for_one", Strategy::SimpleOneForOne),
+                ],
+            )
+        } else {
+            Some(Strategy::OneForOne)
+        };
+        let mut spec = SupervisorSpec::new(strategy.unwrap_or(Strategy::OneForOne));
+        if t.contains_key("intensity") {
+            if let Some(n) = self.integer(t, "intensity", path, 0) {
+                spec.intensity = u32::try_from(n).unwrap_or(u32::MAX);
+            }
+        }
+        if t.contains_key("period") {
+            match self.number(t, "period", path) {
+                Some(p) if p > 0.0 && p.is_finite() => spec.period = Duration::from_secs_f64(p),
+                Some(p) => {
+                    self.err(&format!("{path}.period"), format!("must be a positive number of seconds, found {p}"))
+                }
+                None => {}
+            }
+        }
+        if t.contains_key("auto_shutdown") {
+            if let Some(a) = self.choice(
+                t,
+                "auto_shutdown",
+                path,
+                &[
+                    ("never", AutoShutdown::Never),
+                    ("any_significant", AutoShutdown::AnySignificant),
+                    ("all_significant", AutoShutdown::AllSignificant),
+                ],
+            ) {
+                spec.auto_shutdown = a;
+            }
+        }
+        match t.get("children") {
+            None => {}
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(child) = self.child(item, &format!("{path}.children[{i}]")) {
+                        spec.children.push(child);
+                    }
+                }
+            }
+            Some(other) => self
+                .err(&format!("{path}.children"), format!("expected an array of tables, found {}", type_name(other))),
+        }
+        (strategy.is_some()).then_some(spec)
+    }
+
+    fn child(&mut self, v: &Value, path: &str) -> Option<ChildSpec> {
+        let t = self.table(v, path)?;
+        self.unknown_keys(
+            t,
+            path,
+            &[
+                "id",
+                "gpu",
+                "actor",
+                "supervisor",
+                "init",
+                "slot",
+                "restart",
+                "shutdown",
+                "significant",
+                "name",
+                "backoff",
+            ],
+        );
+        let id = match self.string(t, "id", path) {
+            Some(id) => id.to_string(),
+            None => {
+                if !t.contains_key("id") {
+                    self.err(&format!("{path}.id"), "missing");
+                }
+                return None;
+            }
+        };
+        let kinds: Vec<&str> = ["gpu", "actor", "supervisor"].into_iter().filter(|k| t.contains_key(*k)).collect();
+        if kinds.len() != 1 {
+            self.err(path, format!("needs exactly one of `gpu`, `actor`, `supervisor` (found {})", kinds.len()));
+            return None;
+        }
+        let mut spec = match kinds[0] {
+            "gpu" => {
+                let behaviour = self.string(t, "gpu", path)?;
+                if let Some(known) = &self.loader.behaviours {
+                    if !known.contains(behaviour) {
+                        let names: Vec<&str> = known.iter().map(String::as_str).collect();
+                        self.err(
+                            &format!("{path}.gpu"),
+                            format!("unknown behaviour \"{behaviour}\" (known: {})", names.join(", ")),
+                        );
+                    }
+                }
+                let mut gpu = GpuChild::new(behaviour);
+                if let Some(init) = t.get("init") {
+                    gpu = gpu.init(self.bytes(init, &format!("{path}.init"))?);
+                }
+                if t.contains_key("slot") {
+                    let slot = self.integer(t, "slot", path, 0)?;
+                    gpu = gpu.slot(u32::try_from(slot).unwrap_or(u32::MAX));
+                }
+                ChildSpec::gpu(id, gpu)
+            }
+            "actor" => {
+                let name = self.string(t, "actor", path)?;
+                match self.loader.actors.get(name) {
+                    Some(f) => {
+                        let mut spec =
+                            ChildSpec::actor(id, |_ctx: crate::child::StartContext| async { Err(String::new()) });
+                        spec.start = ChildStart::Actor(f.clone());
+                        spec
+                    }
+                    None => {
+                        let mut names: Vec<&str> = self.loader.actors.keys().map(String::as_str).collect();
+                        names.sort_unstable();
+                        self.err(
+                            &format!("{path}.actor"),
+                            format!("unknown actor \"{name}\" (known: {})", names.join(", ")),
+                        );
+                        return None;
+                    }
+                }
+            }
+            _ => {
+                let nested = self.supervisor(&t["supervisor"], &format!("{path}.supervisor"))?;
+                ChildSpec::supervisor(id, nested)
+            }
+        };
+        if t.contains_key("restart") {
+            spec.restart = self.choice(
+                t,
+                "restart",
+                path,
+                &[
+                    ("permanent", Restart::Permanent),
+                    ("transient", Restart::Transient),
+                    ("temporary", Restart::Temporary),
+                ],
+            )?;
+        }
+        if let Some(v) = t.get("shutdown") {
+            spec.shutdown = match v {
+                Value::Integer(ms) if *ms >= 0 => Shutdown::Timeout(Duration::from_millis(*ms as u64)),
+                Value::String(s) if s == "brutal_kill" => Shutdown::BrutalKill,
+                Value::String(s) if s == "infinity" => Shutdown::Infinity,
+                other => {
+                    let shown = match other {
+                        Value::String(s) => format!("\"{s}\""),
+                        v => v.to_string(),
+                    };
+                    self.err(
+                        &format!("{path}.shutdown"),
+                        format!("unknown value {shown} (expected milliseconds, \"brutal_kill\" or \"infinity\")"),
+                    );
+                    return None;
+                }
+            };
+        }
+        if let Some(v) = t.get("significant") {
+            match v {
+                Value::Boolean(b) => spec.significant = *b,
+                other => {
+                    self.err(&format!("{path}.significant"), format!("expected a boolean, found {}", type_name(other)))
+                }
+            }
+        }
+        if t.contains_key("name") {
+            spec.name = Some(self.string(t, "name", path)?.to_string());
+        }
+        if let Some(v) = t.get("backoff") {
+            spec.backoff = Some(self.backoff(v, &format!("{path}.backoff"))?);
+        }
+        Some(spec)
+    }
+
+    fn bytes(&mut self, v: &Value, path: &str) -> Option<Vec<u8>> {
+        let Value::Array(items) = v else {
+            self.err(path, format!("expected an array of bytes, found {}", type_name(v)));
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Value::Integer(n) if (0..=255).contains(n) => out.push(*n as u8),
+                other => {
+                    self.err(&format!("{path}[{i}]"), format!("expected a byte (0 to 255), found {other}"));
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn backoff(&mut self, v: &Value, path: &str) -> Option<Backoff> {
+        let t = self.table(v, path)?;
+        self.unknown_keys(t, path, &["initial_ms", "max_ms", "jitter", "reset_after_ms"]);
+        let initial = self.integer(t, "initial_ms", path, 1);
+        let max = self.integer(t, "max_ms", path, 1);
+        if !t.contains_key("initial_ms") {
+            self.err(&format!("{path}.initial_ms"), "missing");
+        }
+        if !t.contains_key("max_ms") {
+            self.err(&format!("{path}.max_ms"), "missing");
+        }
+        let mut b = Backoff::exponential(Duration::from_millis(initial? as u64), Duration::from_millis(max? as u64));
+        if t.contains_key("jitter") {
+            match self.number(t, "jitter", path) {
+                Some(j) if (0.0..=1.0).contains(&j) => b = b.jitter(j),
+                Some(j) => self.err(&format!("{path}.jitter"), format!("must be between 0 and 1, found {j}")),
+                None => {}
+            }
+        }
+        if t.contains_key("reset_after_ms") {
+            b = b.reset_after(Duration::from_millis(self.integer(t, "reset_after_ms", path, 0)? as u64));
+        }
+        Some(b)
+    }
+}
+
+/// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
+pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
+    check_spec(spec, path, problems);
+    let mut names = HashMap::new();
+    collect_names(spec, path, &mut names, problems);
+}
+
+fn collect_names(spec: &SupervisorSpec, path: &str, seen: &mut HashMap<String, String>, problems: &mut Vec<String>) {
+    for (i, child) in spec.children.iter().enumerate() {
+        let child_path = format!("{path}.children[{i}]");
+        if let Some(name) = &child.name {
+            if spec.strategy != Strategy::SimpleOneForOne {
+                if let Some(first) = seen.insert(name.clone(), child_path.clone()) {
+                    problems.push(format!("{child_path}.name: \"{name}\" is also the name of {first}"));
+                }
+            }
+        }
+        if let ChildStart::Supervisor(nested) = &child.start {
+            collect_names(nested, &format!("{child_path}.supervisor"), seen, problems);
+        }
+    }
+}
+
+/// Checks one supervisor level and its children (recursively). Problems are `path: message`.
+pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
+    if spec.period.is_zero() {
+        problems.push(format!("{path}.period: must be positive"));
+    }
+    if spec.strategy == Strategy::SimpleOneForOne && spec.children.len() != 1 {
+        problems.push(format!(
+            "{path}.children: a simple_one_for_one supervisor needs exactly one child (the template), found {}",
+            spec.children.len()
+        ));
+    }
+    let mut ids = HashSet::new();
+    for (i, child) in spec.children.iter().enumerate() {
+        let child_path = format!("{path}.children[{i}]");
+        if !ids.insert(child.id.as_str()) {
+            problems.push(format!("{child_path}.id: duplicate id \"{}\"", child.id));
+        }
+        check_child(child, &child_path, problems);
+        if let ChildStart::Supervisor(nested) = &child.start {
+            check_spec(nested, &format!("{child_path}.supervisor"), problems);
+        }
+    }
+}
+
+/// Checks one child spec. Problems are `path: message`.
+pub(crate) fn check_child(child: &ChildSpec, path: &str, problems: &mut Vec<String>) {
+    if child.id.is_empty() {
+        problems.push(format!("{path}.id: must not be empty"));
+    }
+    if child.significant && child.restart == Restart::Permanent {
+        problems.push(format!("{path}.significant: a significant child cannot be permanent"));
+    }
+    if let Some(name) = &child.name {
+        if let Err(e) = validate_name(&name.replace("{id}", "id")) {
+            problems.push(format!("{path}.name: {e}"));
+        }
+    }
+    if let Some(b) = &child.backoff {
+        if b.initial.is_zero() || b.max < b.initial {
+            problems.push(format!("{path}.backoff: needs 0 < initial <= max"));
+        }
+    }
+    if let ChildStart::Gpu(g) = &child.start {
+        if g.behaviour().is_empty() {
+            problems.push(format!("{path}.gpu: behaviour name must not be empty"));
+        }
+    }
+}

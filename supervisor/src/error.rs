@@ -1,0 +1,84 @@
+//! Errors of the supervision layer.
+
+use ringvisor_device::DeviceError;
+
+use crate::handle::ChildStatus;
+
+/// Errors of supervisor operations; the admin ones are OTP's (`already_started`, `already_present`,
+/// `running`, `restarting`, `not_found`).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SupervisorError {
+    /// `start_child`: a child with this id is running.
+    #[error("child `{0}` is already started")]
+    AlreadyStarted(String),
+    /// `start_child`: a child with this id exists (not running).
+    #[error("child `{0}` is already present")]
+    AlreadyPresent(String),
+    /// `restart_child` / `delete_child`: the child is running.
+    #[error("child `{0}` is running")]
+    Running(String),
+    /// `restart_child` / `delete_child`: the child is being restarted.
+    #[error("child `{0}` is restarting")]
+    Restarting(String),
+    /// No child with this id.
+    #[error("no child `{0}`")]
+    NotFound(String),
+    /// The child could not be started.
+    #[error("child `{id}` failed to start: {reason}")]
+    StartFailed {
+        /// The child.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The operation does not apply to this supervisor's strategy (for example `restart_child` on a
+    /// `simple_one_for_one` supervisor, or a dynamic start on any other).
+    #[error("not supported by a {0} supervisor")]
+    WrongStrategy(&'static str),
+    /// The supervisor is not running.
+    #[error("the supervisor is not running")]
+    NoProc,
+    /// The supervisor did not answer in time.
+    #[error("the supervisor did not answer within the timeout")]
+    Timeout,
+    /// A specification is invalid (every problem, with its path).
+    #[error("invalid supervision spec: {0}")]
+    InvalidSpec(String),
+    /// A GPU child was asked for but the runtime has no device, or it has no free slot.
+    #[error("no device slot: {0}")]
+    NoSlot(String),
+    /// A registry name is taken or invalid.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+}
+
+/// Errors of sending through a stable handle.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The child has ended for good (the message is in the dead-letter queue).
+    #[error("the actor is {status:?}: the message went to the dead-letter queue")]
+    Gone {
+        /// Its status.
+        status: ChildStatus,
+    },
+    /// The inbox stayed full (the message is in the dead-letter queue).
+    #[error("the actor's inbox is full: the message went to the dead-letter queue")]
+    InboxFull,
+    /// No reply within the timeout.
+    #[error("no reply within the timeout")]
+    Timeout,
+    /// The payload does not fit an envelope.
+    #[error("payload of {len} bytes exceeds the {max}-byte envelope payload")]
+    PayloadTooLarge {
+        /// Its length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// No actor is registered under the name (the message is in the dead-letter queue).
+    #[error("no actor named `{0}`: the message went to the dead-letter queue")]
+    UnknownTarget(String),
+    /// The device refused or failed the operation.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}

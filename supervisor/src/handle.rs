@@ -1,0 +1,333 @@
+//! Stable handles: a [`ChildRef`] (and, for GPU children, a [`GpuActorRef`]) stays valid across restarts of
+//! the same child. Messages sent while the child restarts wait for the new incarnation; messages sent to a
+//! child that is gone for good go to the dead-letter queue with the reason.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ractor::ActorCell;
+use ringvisor_device::{Device, DeviceError, Reply};
+use tokio::sync::watch;
+
+use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
+use crate::error::SendError;
+
+/// Where a child is in its life, as its handles see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChildStatus {
+    /// Being started for the first time.
+    Starting,
+    /// Running.
+    Running,
+    /// Exited and about to be (or being) restarted; messages wait for the new incarnation.
+    Restarting,
+    /// Not running and not being restarted, but its spec is kept (it can be restarted by `restart_child`).
+    Stopped,
+    /// Gone for good: temporary and ended, deleted, or its supervisor stopped.
+    Gone,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The GPU side of a child: its slot and the messages parked while the slot does not accept any.
+pub(crate) struct GpuShared {
+    pub(crate) device: Device,
+    pub(crate) slot: u32,
+    parked: Mutex<VecDeque<Vec<u8>>>,
+    dead_letters: DeadLetters,
+}
+
+/// The state every handle of one child shares.
+pub(crate) struct ChildShared {
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    status: watch::Sender<ChildStatus>,
+    actor: Mutex<Option<ActorCell>>,
+    pub(crate) gpu: Option<GpuShared>,
+}
+
+impl ChildShared {
+    pub(crate) fn new(id: String, name: Option<String>, gpu: Option<(Device, u32, DeadLetters)>) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            name,
+            status: watch::Sender::new(ChildStatus::Starting),
+            actor: Mutex::new(None),
+            gpu: gpu.map(|(device, slot, dead_letters)| GpuShared {
+                device,
+                slot,
+                parked: Mutex::new(VecDeque::new()),
+                dead_letters,
+            }),
+        })
+    }
+
+    pub(crate) fn status(&self) -> ChildStatus {
+        *self.status.borrow()
+    }
+
+    /// The name messages to this child are filed under in the dead-letter queue.
+    pub(crate) fn target(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.id.clone())
+    }
+
+    /// Marks the child running as `actor`, then hands it the messages parked while it was down.
+    pub(crate) fn set_running(&self, actor: ActorCell) {
+        *lock(&self.actor) = Some(actor);
+        match &self.gpu {
+            Some(gpu) => {
+                let mut parked = lock(&gpu.parked);
+                self.status.send_replace(ChildStatus::Running);
+                while let Some(payload) = parked.pop_front() {
+                    match gpu.device.send_timeout(gpu.slot, &payload, Duration::from_secs(1)) {
+                        Ok(_) => {}
+                        Err(DeviceError::NotAccepting { .. }) => {
+                            // Down again already: keep it (and the rest) for the next incarnation.
+                            parked.push_front(payload);
+                            break;
+                        }
+                        Err(e) => {
+                            let reason = match e {
+                                DeviceError::InboxFull { .. } => DeadLetterReason::InboxFull,
+                                _ => DeadLetterReason::DeadTarget,
+                            };
+                            gpu.dead_letters.push(reason, Origin::Host, Some(self.target()), Some(gpu.slot), payload);
+                        }
+                    }
+                }
+            }
+            None => {
+                self.status.send_replace(ChildStatus::Running);
+            }
+        }
+    }
+
+    /// Marks the child down: `Restarting` keeps parked messages for the next incarnation; `Stopped` and
+    /// `Gone` turn them into dead letters.
+    pub(crate) fn set_down(&self, status: ChildStatus) {
+        debug_assert!(status != ChildStatus::Running);
+        *lock(&self.actor) = None;
+        match &self.gpu {
+            Some(gpu) => {
+                let mut parked = lock(&gpu.parked);
+                self.status.send_replace(status);
+                if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+                    for payload in parked.drain(..) {
+                        gpu.dead_letters.push(
+                            DeadLetterReason::DeadTarget,
+                            Origin::Host,
+                            Some(self.target()),
+                            Some(gpu.slot),
+                            payload,
+                        );
+                    }
+                }
+            }
+            None => {
+                self.status.send_replace(status);
+            }
+        }
+    }
+
+    pub(crate) fn actor(&self) -> Option<ActorCell> {
+        lock(&self.actor).clone()
+    }
+}
+
+/// A stable handle on a supervised child, whatever its kind. Cheap to clone.
+#[derive(Clone)]
+pub struct ChildRef {
+    pub(crate) shared: Arc<ChildShared>,
+}
+
+impl std::fmt::Debug for ChildRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildRef")
+            .field("id", &self.shared.id)
+            .field("name", &self.shared.name)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl ChildRef {
+    /// A handle on a host actor that no supervisor manages (to put it in a registry).
+    pub fn unsupervised(id: impl Into<String>, actor: ActorCell) -> Self {
+        let shared = ChildShared::new(id.into(), None, None);
+        shared.set_running(actor);
+        Self { shared }
+    }
+
+    /// The child's id among its siblings.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The child's registry name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.shared.name.as_deref()
+    }
+
+    /// Where the child is in its life.
+    pub fn status(&self) -> ChildStatus {
+        self.shared.status()
+    }
+
+    /// The ractor actor of the current incarnation (`None` while it is down).
+    pub fn actor(&self) -> Option<ActorCell> {
+        self.shared.actor()
+    }
+
+    /// The GPU handle, for GPU children.
+    pub fn gpu(&self) -> Option<GpuActorRef> {
+        self.shared.gpu.as_ref().map(|_| GpuActorRef { shared: self.shared.clone() })
+    }
+
+    /// Waits until the child is running (returns true) or gone / stopped / past `timeout` (false).
+    pub async fn wait_running(&self, timeout: Duration) -> bool {
+        let mut rx = self.shared.status.subscribe();
+        let settled = tokio::time::timeout(timeout, async {
+            rx.wait_for(|s| matches!(s, ChildStatus::Running | ChildStatus::Stopped | ChildStatus::Gone))
+                .await
+                .map(|s| *s)
+        })
+        .await;
+        matches!(settled, Ok(Ok(ChildStatus::Running)))
+    }
+
+    /// True when both handles designate the same child (the same spec, across restarts).
+    pub fn same_child(&self, other: &ChildRef) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+/// A stable handle on a supervised GPU actor: valid across its restarts. Cheap to clone.
+#[derive(Clone)]
+pub struct GpuActorRef {
+    shared: Arc<ChildShared>,
+}
+
+impl std::fmt::Debug for GpuActorRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuActorRef").field("id", &self.shared.id).field("slot", &self.slot()).finish()
+    }
+}
+
+impl GpuActorRef {
+    fn gpu(&self) -> &GpuShared {
+        self.shared.gpu.as_ref().expect("a GpuActorRef is only made for GPU children")
+    }
+
+    /// The device slot the child lives in (the same across restarts).
+    pub fn slot(&self) -> u32 {
+        self.gpu().slot
+    }
+
+    /// The child's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Where the child is in its life.
+    pub fn status(&self) -> ChildStatus {
+        self.shared.status()
+    }
+
+    /// The generic handle.
+    pub fn child(&self) -> ChildRef {
+        ChildRef { shared: self.shared.clone() }
+    }
+
+    fn dead_letter(&self, reason: DeadLetterReason, payload: &[u8]) {
+        let gpu = self.gpu();
+        gpu.dead_letters.push(reason, Origin::Host, Some(self.shared.target()), Some(gpu.slot), payload.to_vec());
+    }
+
+    /// Sends a one-way message. While the child restarts the message waits for the new incarnation; a
+    /// child gone for good, or a full inbox, turns it into a dead letter and an error.
+    pub fn send(&self, payload: &[u8]) -> Result<(), SendError> {
+        self.send_until(payload, None)
+    }
+
+    /// Like [`GpuActorRef::send`], waiting up to `timeout` for room in a full inbox.
+    pub fn try_send(&self, payload: &[u8], timeout: Duration) -> Result<(), SendError> {
+        self.send_until(payload, Some(timeout))
+    }
+
+    fn send_until(&self, payload: &[u8], timeout: Option<Duration>) -> Result<(), SendError> {
+        let gpu = self.gpu();
+        if payload.len() > ringvisor_device::PAYLOAD_BYTES {
+            return Err(SendError::PayloadTooLarge { len: payload.len(), max: ringvisor_device::PAYLOAD_BYTES });
+        }
+        // The parked queue's lock orders this send against `set_running`'s flush and `set_down`.
+        let mut parked = lock(&gpu.parked);
+        let status = self.shared.status();
+        if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+            drop(parked);
+            self.dead_letter(DeadLetterReason::DeadTarget, payload);
+            return Err(SendError::Gone { status });
+        }
+        if !parked.is_empty() {
+            return self.park(&mut parked, payload);
+        }
+        let sent = match timeout {
+            None => gpu.device.send(gpu.slot, payload),
+            Some(t) => gpu.device.send_timeout(gpu.slot, payload, t),
+        };
+        match sent {
+            Ok(_) => Ok(()),
+            Err(DeviceError::NotAccepting { .. }) => self.park(&mut parked, payload),
+            Err(DeviceError::InboxFull { .. }) => {
+                drop(parked);
+                self.dead_letter(DeadLetterReason::InboxFull, payload);
+                Err(SendError::InboxFull)
+            }
+            Err(e) => Err(SendError::Device(e)),
+        }
+    }
+
+    fn park(&self, parked: &mut VecDeque<Vec<u8>>, payload: &[u8]) -> Result<(), SendError> {
+        let gpu = self.gpu();
+        if parked.len() >= gpu.device.inbox_capacity() as usize {
+            self.dead_letter(DeadLetterReason::InboxFull, payload);
+            return Err(SendError::InboxFull);
+        }
+        parked.push_back(payload.to_vec());
+        Ok(())
+    }
+
+    /// Sends a message and waits up to `timeout` for the reply, across a restart if one is under way.
+    pub async fn call(&self, payload: &[u8], timeout: Duration) -> Result<Reply, SendError> {
+        let gpu = self.gpu();
+        let deadline = Instant::now() + timeout;
+        let mut status_rx = self.shared.status.subscribe();
+        loop {
+            let status = *status_rx.borrow_and_update();
+            if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+                self.dead_letter(DeadLetterReason::DeadTarget, payload);
+                return Err(SendError::Gone { status });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SendError::Timeout);
+            }
+            match gpu.device.call_async(gpu.slot, payload, left).await {
+                Err(DeviceError::NotAccepting { .. }) => {
+                    // Down between incarnations: wait for a status change (or poll, for a drain in progress).
+                    let wait = tokio::time::timeout(Duration::from_millis(2), status_rx.changed());
+                    let _ = tokio::time::timeout(left, wait).await;
+                }
+                Err(DeviceError::Timeout) => return Err(SendError::Timeout),
+                Err(DeviceError::InboxFull { .. }) => {
+                    self.dead_letter(DeadLetterReason::InboxFull, payload);
+                    return Err(SendError::InboxFull);
+                }
+                Err(e) => return Err(SendError::Device(e)),
+                Ok(reply) => return Ok(reply),
+            }
+        }
+    }
+}

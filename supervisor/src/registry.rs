@@ -1,0 +1,324 @@
+//! The named registry: hierarchical names (`fleet/sensors/7`) bound to stable child handles, looked up by
+//! exact name or by pattern (`*` one segment, `**` any number of segments, `?` one character).
+//!
+//! Exact lookups go through a concurrent map; pattern lookups walk a trie of segments, so a pattern with a
+//! literal prefix visits only that subtree, not every name.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use dashmap::DashMap;
+use tokio::sync::mpsc;
+
+use crate::handle::ChildRef;
+
+/// Longest name or pattern accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// Errors of the registry.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// The name is not valid (the message says why).
+    #[error("invalid name `{name}`: {why}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// The pattern is not valid (the message says why).
+    #[error("invalid pattern `{pattern}`: {why}")]
+    InvalidPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// Another child holds the name.
+    #[error("name `{0}` is already bound to another actor")]
+    Taken(String),
+}
+
+/// A change in the registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A name was bound.
+    Registered(String),
+    /// The child bound to a name was restarted: the name now designates its new incarnation.
+    Rebound(String),
+    /// A name was released.
+    Unregistered(String),
+}
+
+fn segment_ok(seg: &str) -> bool {
+    seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'@' | b'+'))
+}
+
+/// Checks a name: non-empty `/`-separated segments of letters, digits and `_ - . : @ +`.
+pub fn validate_name(name: &str) -> Result<(), RegistryError> {
+    let bad = |why| Err(RegistryError::InvalidName { name: name.to_string(), why });
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad("longer than 512 bytes");
+    }
+    for seg in name.split('/') {
+        if seg.is_empty() {
+            return bad("empty segment (leading, trailing or double `/`)");
+        }
+        if !segment_ok(seg) {
+            return bad("segments may hold only letters, digits and `_ - . : @ +` (no wildcards)");
+        }
+    }
+    Ok(())
+}
+
+/// One segment of a parsed pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seg {
+    Literal(String),
+    /// A segment with `?`: each `?` matches one character.
+    Glob(Vec<Option<char>>),
+    /// `*`: exactly one segment.
+    Any,
+    /// `**`: zero or more segments.
+    AnyDepth,
+}
+
+fn parse_pattern(pattern: &str) -> Result<Vec<Seg>, RegistryError> {
+    let bad = |why| Err(RegistryError::InvalidPattern { pattern: pattern.to_string(), why });
+    if pattern.is_empty() {
+        return bad("empty");
+    }
+    if pattern.len() > MAX_NAME_LEN {
+        return bad("longer than 512 bytes");
+    }
+    let mut segs = Vec::new();
+    for seg in pattern.split('/') {
+        segs.push(match seg {
+            "" => return bad("empty segment (leading, trailing or double `/`)"),
+            "*" => Seg::Any,
+            "**" => Seg::AnyDepth,
+            s if s.contains('*') => return bad("`*` and `**` must be whole segments"),
+            s if s.contains('?') => {
+                if !segment_ok(&s.replace('?', "")) {
+                    return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards");
+                }
+                Seg::Glob(s.chars().map(|c| (c != '?').then_some(c)).collect())
+            }
+            s if segment_ok(s) => Seg::Literal(s.to_string()),
+            _ => return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards"),
+        });
+    }
+    Ok(segs)
+}
+
+fn glob_matches(glob: &[Option<char>], seg: &str) -> bool {
+    let mut chars = seg.chars();
+    for g in glob {
+        match (g, chars.next()) {
+            (_, None) => return false,
+            (Some(want), Some(c)) if *want != c => return false,
+            _ => {}
+        }
+    }
+    chars.next().is_none()
+}
+
+#[derive(Default)]
+struct Node {
+    children: HashMap<String, Node>,
+    /// A name ends here.
+    terminal: bool,
+}
+
+impl Node {
+    fn insert(&mut self, segs: &[&str]) {
+        match segs.split_first() {
+            None => self.terminal = true,
+            Some((first, rest)) => self.children.entry((*first).to_string()).or_default().insert(rest),
+        }
+    }
+
+    /// Removes a name; returns true when this node became empty (prunable).
+    fn remove(&mut self, segs: &[&str]) -> bool {
+        match segs.split_first() {
+            None => self.terminal = false,
+            Some((first, rest)) => {
+                if let Some(child) = self.children.get_mut(*first) {
+                    if child.remove(rest) {
+                        self.children.remove(*first);
+                    }
+                }
+            }
+        }
+        !self.terminal && self.children.is_empty()
+    }
+
+    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>) {
+        let Some((first, rest)) = pat.split_first() else {
+            if self.terminal {
+                out.insert(path.join("/"));
+            }
+            return;
+        };
+        fn descend(name: &str, child: &Node, rest: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>) {
+            path.push(name.to_string());
+            child.collect(rest, path, out);
+            path.pop();
+        }
+        match first {
+            Seg::Literal(lit) => {
+                if let Some(child) = self.children.get(lit) {
+                    descend(lit, child, rest, path, out);
+                }
+            }
+            Seg::Glob(glob) => {
+                for (name, child) in &self.children {
+                    if glob_matches(glob, name) {
+                        descend(name, child, rest, path, out);
+                    }
+                }
+            }
+            Seg::Any => {
+                for (name, child) in &self.children {
+                    descend(name, child, rest, path, out);
+                }
+            }
+            Seg::AnyDepth => {
+                // Zero segments here, or one segment and `**` again.
+                self.collect(rest, path, out);
+                for (name, child) in &self.children {
+                    descend(name, child, pat, path, out);
+                }
+            }
+        }
+    }
+}
+
+struct Inner {
+    names: DashMap<String, ChildRef>,
+    index: RwLock<Node>,
+    watchers: Mutex<Vec<mpsc::UnboundedSender<RegistryEvent>>>,
+}
+
+/// The registry. Cheap to clone (clones share it); safe to use from any thread.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                names: DashMap::new(),
+                index: RwLock::new(Node::default()),
+                watchers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    fn notify(&self, event: RegistryEvent) {
+        tracing::trace!(?event, "registry");
+        self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner()).retain(|tx| tx.send(event.clone()).is_ok());
+    }
+
+    /// Binds `name` to `child`. Binding a name again to the same child is a no-op; binding it to another
+    /// child is [`RegistryError::Taken`].
+    pub fn bind(&self, name: &str, child: ChildRef) -> Result<(), RegistryError> {
+        validate_name(name)?;
+        match self.inner.names.entry(name.to_string()) {
+            dashmap::Entry::Occupied(e) if e.get().same_child(&child) => return Ok(()),
+            dashmap::Entry::Occupied(_) => return Err(RegistryError::Taken(name.to_string())),
+            dashmap::Entry::Vacant(v) => {
+                // The index is updated while the map entry is held, so bind/unbind of one name serialise.
+                let segs: Vec<&str> = name.split('/').collect();
+                self.inner.index.write().unwrap_or_else(|p| p.into_inner()).insert(&segs);
+                v.insert(child);
+            }
+        }
+        self.notify(RegistryEvent::Registered(name.to_string()));
+        Ok(())
+    }
+
+    /// Releases `name` if it is bound to `child` (a no-op otherwise).
+    pub fn unbind(&self, name: &str, child: &ChildRef) {
+        let removed = self.inner.names.remove_if(name, |_, bound| bound.same_child(child)).is_some();
+        if removed {
+            let segs: Vec<&str> = name.split('/').collect();
+            self.inner.index.write().unwrap_or_else(|p| p.into_inner()).remove(&segs);
+            self.notify(RegistryEvent::Unregistered(name.to_string()));
+        }
+    }
+
+    /// Announces that the child bound to `name` restarted.
+    pub(crate) fn rebound(&self, name: &str) {
+        metrics::counter!("ringvisor_registry_rebinds_total").increment(1);
+        self.notify(RegistryEvent::Rebound(name.to_string()));
+    }
+
+    /// The child bound to `name`.
+    pub fn lookup(&self, name: &str) -> Option<ChildRef> {
+        self.inner.names.get(name).map(|e| e.value().clone())
+    }
+
+    /// Every `(name, child)` whose name matches `pattern`, sorted by name.
+    pub fn find(&self, pattern: &str) -> Result<Vec<(String, ChildRef)>, RegistryError> {
+        let segs = parse_pattern(pattern)?;
+        let mut names = BTreeSet::new();
+        self.inner.index.read().unwrap_or_else(|p| p.into_inner()).collect(&segs, &mut Vec::new(), &mut names);
+        Ok(names.into_iter().filter_map(|n| self.lookup(&n).map(|c| (n, c))).collect())
+    }
+
+    /// Every registry change from now on.
+    pub fn watch(&self) -> mpsc::UnboundedReceiver<RegistryEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        rx
+    }
+
+    /// Number of names bound.
+    pub fn len(&self) -> usize {
+        self.inner.names.len()
+    }
+
+    /// True when no name is bound.
+    pub fn is_empty(&self) -> bool {
+        self.inner.names.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_whole_segments() {
+        let g: Vec<Option<char>> = "s?n".chars().map(|c| (c != '?').then_some(c)).collect();
+        assert!(glob_matches(&g, "sun"));
+        assert!(!glob_matches(&g, "su"));
+        assert!(!glob_matches(&g, "sunn"));
+        assert!(!glob_matches(&g, "tun"));
+    }
+
+    #[test]
+    fn pattern_errors_say_why() {
+        for (p, why) in
+            [("", "empty"), ("a//b", "empty segment"), ("a/b*/c", "whole segments"), ("a/b c", "only letters")]
+        {
+            match parse_pattern(p) {
+                Err(RegistryError::InvalidPattern { why: w, .. }) => assert!(w.contains(why), "{p}: {w}"),
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The slot actor: the ractor actor that mirrors one GPU actor slot on the host and owns its control block.
+//! Starting it creates (or re-creates) the device actor and waits until it is Active; stopping it drains
+//! the slot; a device failure of its incarnation makes it fail, so its supervisor sees the failure.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ringvisor_device::{BehaviourId, DeviceError, DeviceEvent, EventKind, PendingCommand, SlotState};
+
+use crate::handle::ChildShared;
+use crate::reason::stop_reason;
+use crate::services::Services;
+
+/// Messages of a slot actor: the device events of its slot.
+#[derive(Debug)]
+pub enum SlotMsg {
+    /// A device event for the slot, routed by the services' event router.
+    Device(DeviceEvent),
+}
+
+pub(crate) struct SlotActor;
+
+pub(crate) struct SlotArgs {
+    pub(crate) shared: Arc<ChildShared>,
+    pub(crate) services: Services,
+    pub(crate) behaviour: BehaviourId,
+    pub(crate) init: Vec<u8>,
+    pub(crate) start_timeout: Duration,
+}
+
+pub(crate) struct SlotActorState {
+    shared: Arc<ChildShared>,
+    services: Services,
+    slot: u32,
+    generation: u32,
+}
+
+/// Poll period while waiting for the host's view of a slot to change.
+const POLL: Duration = Duration::from_millis(1);
+
+/// Submits a command, retrying while an earlier command on the slot is still in flight.
+async fn submit_when_free(
+    deadline: Instant,
+    mut submit: impl FnMut() -> Result<PendingCommand, DeviceError>,
+) -> Result<PendingCommand, DeviceError> {
+    loop {
+        match submit() {
+            Err(DeviceError::CommandInFlight { .. }) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+            other => return other,
+        }
+    }
+}
+
+impl Actor for SlotActor {
+    type Msg = SlotMsg;
+    type State = SlotActorState;
+    type Arguments = SlotArgs;
+
+    async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
+        let gpu = args.services.gpu().ok_or("no device attached to this supervision tree")?;
+        let slot = args.shared.gpu.as_ref().ok_or("not a GPU child")?.slot;
+        let device = gpu.device.clone();
+        let deadline = Instant::now() + args.start_timeout;
+        // Attach first: a failure right after creation must reach this actor.
+        gpu.attach(slot, myself.clone());
+        let started = async {
+            let pending = submit_when_free(deadline, || {
+                let (_, state) = device.host_view(slot)?;
+                match state {
+                    SlotState::Dormant | SlotState::Terminated => device.create(slot, args.behaviour, &args.init),
+                    _ => device.restart(slot, args.behaviour, &args.init),
+                }
+            })
+            .await?;
+            pending.wait(deadline.saturating_duration_since(Instant::now())).await
+        }
+        .await;
+        let generation = match started {
+            Ok(ev) if matches!(ev.event.kind, EventKind::Created | EventKind::Restarted) => ev.event.generation,
+            Ok(ev) => {
+                gpu.detach(slot, &myself);
+                return Err(format!("device refused the start: {:?} ({:?})", ev.event.kind, ev.event.code).into());
+            }
+            Err(e) => {
+                gpu.detach(slot, &myself);
+                return Err(format!("device start failed: {e}").into());
+            }
+        };
+        tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");
+        Ok(SlotActorState { shared: args.shared, services: args.services, slot, generation })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        msg: SlotMsg,
+        state: &mut SlotActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let SlotMsg::Device(ev) = msg;
+        if ev.generation != state.generation {
+            return Ok(()); // another incarnation's event
+        }
+        match ev.kind {
+            EventKind::Failed => {
+                let code = ev.code.map(|c| format!("{c:?}")).unwrap_or_else(|| "unknown".into());
+                return Err(format!("GPU actor `{}` (slot {}) failed: {code}", state.shared.id, state.slot).into());
+            }
+            EventKind::Killed => myself.stop(Some(stop_reason::KILLED.into())),
+            EventKind::Drained => myself.stop(Some(stop_reason::NORMAL.into())),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, myself: ActorRef<SlotMsg>, state: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+        let Some(gpu) = state.services.gpu() else { return Ok(()) };
+        gpu.detach(state.slot, &myself);
+        // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
+        // the wait with the child's shutdown spec (and kills the slot if it runs out).
+        let device = &gpu.device;
+        loop {
+            let (generation, slot_state) = device.host_view(state.slot)?;
+            if generation != state.generation {
+                return Ok(());
+            }
+            match slot_state {
+                SlotState::Active => {
+                    match device.drain(state.slot) {
+                        Ok(_) | Err(DeviceError::CommandInFlight { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                SlotState::Draining | SlotState::Initializing => tokio::time::sleep(POLL).await,
+                SlotState::Terminated | SlotState::Failed | SlotState::Dormant => return Ok(()),
+            }
+        }
+    }
+}
+
+/// After a GPU child's slot actor has exited (however it exited): a device actor still running (its slot
+/// actor was killed) is killed so it stops consuming messages.
+pub(crate) fn stop_orphaned_slot(services: &Services, slot: u32) {
+    let Some(gpu) = services.gpu() else { return };
+    if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = gpu.device.host_view(slot) {
+        let _ = gpu.device.kill(slot);
+    }
+}
+
+/// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
+/// letters (a restart would have kept the ones sent after the failure).
+pub(crate) fn retire_slot(services: &Services, slot: u32) {
+    let Some(gpu) = services.gpu() else { return };
+    if let Ok((_, SlotState::Failed)) = gpu.device.host_view(slot) {
+        let _ = gpu.device.kill(slot);
+    }
+}

@@ -1,0 +1,2 @@
+//! Helpers shared by the facade's integration tests.
+pub mod otp;
