@@ -1,8 +1,35 @@
 //! # ringvisor
 //!
 //! Erlang/OTP-style supervision for persistent GPU actors. This facade re-exports the layers:
-//! [`device`] (the persistent kernel, its shared layout and backends) and [`supervisor`] (policy).
+//! [`device`] (the persistent kernel, its shared layout and backends) and [`supervisor`] (policy), and
+//! brings them up together as a [`Runtime`].
+//!
+//! ```no_run
+//! use ringvisor::prelude::*;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let spec = SupervisorSpec::new(Strategy::OneForOne)
+//!     .child(ChildSpec::gpu("counter", GpuChild::new("counter")).name("app/counter"));
+//! let rt = Runtime::start(DeviceConfig::default().slots(8), spec).await?;
+//! let counter = rt.gpu("app/counter").expect("registered");
+//! counter.send(&5i64.to_le_bytes())?;
+//! rt.shutdown().await;
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
+
+mod runtime;
 
 pub use ringvisor_device as device;
 pub use ringvisor_supervisor as supervisor;
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+
+/// The names most programs need.
+pub mod prelude {
+    pub use crate::device::{DeviceConfig, Fault, Reply};
+    pub use crate::supervisor::{
+        AutoShutdown, Backoff, ChildSpec, ChildStatus, GpuActorRef, GpuChild, Restart, Shutdown, SpecLoader, Strategy,
+        SupervisorSpec,
+    };
+    pub use crate::{Runtime, RuntimeError};
+    pub use std::time::Duration;
+}

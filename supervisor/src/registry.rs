@@ -156,41 +156,49 @@ impl Node {
         !self.terminal && self.children.is_empty()
     }
 
-    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>) {
+    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>, visits: &mut usize) {
+        *visits += 1;
         let Some((first, rest)) = pat.split_first() else {
             if self.terminal {
                 out.insert(path.join("/"));
             }
             return;
         };
-        fn descend(name: &str, child: &Node, rest: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>) {
+        fn descend(
+            name: &str,
+            child: &Node,
+            rest: &[Seg],
+            path: &mut Vec<String>,
+            out: &mut BTreeSet<String>,
+            visits: &mut usize,
+        ) {
             path.push(name.to_string());
-            child.collect(rest, path, out);
+            child.collect(rest, path, out, visits);
             path.pop();
         }
         match first {
             Seg::Literal(lit) => {
                 if let Some(child) = self.children.get(lit) {
-                    descend(lit, child, rest, path, out);
+                    descend(lit, child, rest, path, out, visits);
                 }
             }
             Seg::Glob(glob) => {
                 for (name, child) in &self.children {
                     if glob_matches(glob, name) {
-                        descend(name, child, rest, path, out);
+                        descend(name, child, rest, path, out, visits);
                     }
                 }
             }
             Seg::Any => {
                 for (name, child) in &self.children {
-                    descend(name, child, rest, path, out);
+                    descend(name, child, rest, path, out, visits);
                 }
             }
             Seg::AnyDepth => {
                 // Zero segments here, or one segment and `**` again.
-                self.collect(rest, path, out);
+                self.collect(rest, path, out, visits);
                 for (name, child) in &self.children {
-                    descend(name, child, pat, path, out);
+                    descend(name, child, pat, path, out, visits);
                 }
             }
         }
@@ -273,10 +281,19 @@ impl Registry {
 
     /// Every `(name, child)` whose name matches `pattern`, sorted by name.
     pub fn find(&self, pattern: &str) -> Result<Vec<(String, ChildRef)>, RegistryError> {
+        self.find_counting(pattern).map(|(found, _)| found)
+    }
+
+    /// [`Registry::find`], also returning how many index nodes the lookup visited (to check that a
+    /// pattern with a literal prefix does not scan every name).
+    pub fn find_counting(&self, pattern: &str) -> Result<(Vec<(String, ChildRef)>, usize), RegistryError> {
         let segs = parse_pattern(pattern)?;
         let mut names = BTreeSet::new();
-        self.inner.index.read().unwrap_or_else(|p| p.into_inner()).collect(&segs, &mut Vec::new(), &mut names);
-        Ok(names.into_iter().filter_map(|n| self.lookup(&n).map(|c| (n, c))).collect())
+        let mut visits = 0;
+        let index = self.inner.index.read().unwrap_or_else(|p| p.into_inner());
+        index.collect(&segs, &mut Vec::new(), &mut names, &mut visits);
+        drop(index);
+        Ok((names.into_iter().filter_map(|n| self.lookup(&n).map(|c| (n, c))).collect(), visits))
     }
 
     /// Every registry change from now on.

@@ -84,7 +84,7 @@ impl Actor for SlotActor {
             }
             Err(e) => {
                 gpu.detach(slot, &myself);
-                return Err(format!("device start failed: {e}").into());
+                return Err(e.to_string().into());
             }
         };
         tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");

@@ -19,6 +19,14 @@ use crate::spec::{AutoShutdown, ChildSpec, ChildStart, ChildType, Restart, Shutd
 
 type Reply<T> = RpcReplyPort<Result<T, SupervisorError>>;
 
+/// The reason a spawn failed, without ractor's wrapping.
+pub(crate) fn spawn_error(e: ractor::SpawnErr) -> String {
+    match e {
+        ractor::SpawnErr::StartupFailed(inner) => inner.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// A message to a supervisor. Use [`SupervisorRef`]'s methods rather than building these.
 pub struct SupervisorMsg(Msg);
 
@@ -259,7 +267,7 @@ impl SupervisorState {
                         SlotActor::spawn_linked(None, SlotActor, args, sup_cell)
                             .await
                             .map(|(r, _)| r.get_cell())
-                            .map_err(|e| e.to_string())
+                            .map_err(spawn_error)
                     }
                     Err(e) => Err(e),
                 }
@@ -270,7 +278,7 @@ impl SupervisorState {
                 Supervisor::spawn_linked(None, Supervisor, args, sup_cell)
                     .await
                     .map(|(r, _)| r.get_cell())
-                    .map_err(|e| e.to_string())
+                    .map_err(spawn_error)
             }
             ChildStart::Actor(factory) => {
                 let ctx =
@@ -697,9 +705,9 @@ impl Actor for Supervisor {
                 for child in std::mem::take(&mut state.children) {
                     state.retire(child);
                 }
-                let reason = ExitReason::ShutdownWith(format!("failed_to_start_child {child_id}: {reason}"));
-                state.emit(TreeEvent::SupervisorStopped { supervisor: state.id.clone(), reason: reason.clone(), root });
-                return Err(reason.to_string().into());
+                let exit = ExitReason::ShutdownWith(format!("failed_to_start_child {child_id}"));
+                state.emit(TreeEvent::SupervisorStopped { supervisor: state.id.clone(), reason: exit, root });
+                return Err(format!("child `{child_id}` failed to start: {reason}").into());
             }
         }
         state.record_gauges();
@@ -825,10 +833,11 @@ impl SupervisorRef {
         services: Services,
     ) -> Result<Self, SupervisorError> {
         spec.validate()?;
-        let args = SupervisorArgs { id: id.into(), spec, services, root: true };
+        let id = id.into();
+        let args = SupervisorArgs { id: id.clone(), spec, services, root: true };
         match Supervisor::spawn(None, Supervisor, args).await {
             Ok((actor, _)) => Ok(Self { actor }),
-            Err(e) => Err(SupervisorError::StartFailed { id: "supervisor".into(), reason: e.to_string() }),
+            Err(e) => Err(SupervisorError::StartFailed { id, reason: spawn_error(e) }),
         }
     }
 

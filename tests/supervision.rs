@@ -1,0 +1,219 @@
+//! Supervision of GPU actors beyond the OTP traces: start errors with the device's reason, stable handles
+//! across restarts, messages held while a child restarts, draining stops, orphaned slots, backoff, dynamic
+//! children, registry rebinding.
+
+use std::time::{Duration, Instant};
+
+use ringvisor::device::{DeviceConfig, SlotState};
+use ringvisor::prelude::*;
+use ringvisor::supervisor::*;
+
+const T: Duration = Duration::from_secs(10);
+const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+fn config() -> DeviceConfig {
+    DeviceConfig::default().slots(16).inbox_capacity(16).outbox_capacity(16).state_bytes(64)
+}
+
+fn test_msg(op: u32, arg: u32, wide: u64) -> Vec<u8> {
+    let mut v = op.to_le_bytes().to_vec();
+    v.extend_from_slice(&arg.to_le_bytes());
+    v.extend_from_slice(&wide.to_le_bytes());
+    v
+}
+
+fn fail_msg() -> Vec<u8> {
+    test_msg(2, 0, 0)
+}
+
+fn counter(id: &str) -> ChildSpec {
+    ChildSpec::gpu(id, GpuChild::new("counter")).name(format!("app/{id}"))
+}
+
+async fn total(actor: &GpuActorRef, delta: i64) -> i64 {
+    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), T).await.unwrap().decode().unwrap();
+    r[0]
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_init_failure_is_a_start_error_with_the_device_reason() {
+    let mut init = POISON.to_le_bytes().to_vec();
+    init.extend_from_slice(&1234u32.to_le_bytes());
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("bad", GpuChild::new("test").init(init)));
+    let err = Runtime::start(config(), spec).await.err().expect("start fails");
+    let text = err.to_string();
+    assert!(text.contains("child `bad` failed to start") && text.contains("1234"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_behaviours_and_exhausted_slots_are_clear_start_errors() {
+    let rt = Runtime::start(DeviceConfig::default().slots(2), SupervisorSpec::new(Strategy::OneForOne)).await.unwrap();
+    let err = rt.root().start_child(ChildSpec::gpu("x", GpuChild::new("no-such"))).await.unwrap_err();
+    assert!(err.to_string().contains("unknown behaviour `no-such`"), "{err}");
+    rt.root().start_child(counter("a")).await.unwrap();
+    rt.root().start_child(counter("b")).await.unwrap();
+    let err = rt.root().start_child(counter("c")).await.unwrap_err();
+    assert!(matches!(err, SupervisorError::NoSlot(_)), "{err}");
+    rt.root().terminate_child("a").await.unwrap();
+    rt.root().delete_child("a").await.unwrap();
+    rt.root().start_child(counter("c")).await.expect("a deleted child's slot is free again");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_stays_valid_across_restarts_and_the_registry_rebinds() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(5, Duration::from_secs(5)).child(counter("c"));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut watch = rt.registry().watch();
+    let handle = rt.gpu("app/c").unwrap();
+    let before = rt.registry().lookup("app/c").unwrap();
+    assert_eq!(total(&handle, 5).await, 5);
+    for round in 1..=3u32 {
+        rt.device().inject(handle.slot(), Fault::CrashNextMessage).unwrap();
+        handle.send(&1i64.to_le_bytes()).unwrap();
+        eventually("restart", || rt.device().host_view(handle.slot()).unwrap().0 == 1 + round).await;
+        assert!(handle.child().wait_running(T).await);
+        assert_eq!(total(&handle, 2).await, 2, "a restarted actor starts from fresh state");
+    }
+    assert!(rt.registry().lookup("app/c").unwrap().same_child(&before));
+    let mut rebinds = 0;
+    while let Ok(e) = watch.try_recv() {
+        assert_eq!(e, RegistryEvent::Rebound("app/c".into()));
+        rebinds += 1;
+    }
+    assert_eq!(rebinds, 3);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_while_a_child_restarts_wait_for_the_new_incarnation() {
+    // A backoff keeps the child down long enough to send to it while it restarts.
+    let backoff = Backoff::exponential(Duration::from_millis(300), Duration::from_millis(300)).jitter(0.0);
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("t", GpuChild::new("test").init(POISON.to_le_bytes())).name("app/t").backoff(backoff));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let t = rt.gpu("app/t").unwrap();
+    t.send(&fail_msg()).unwrap();
+    eventually("restarting", || t.status() == ChildStatus::Restarting).await;
+    for i in 0..3u32 {
+        t.send(&test_msg(1, i, 0)).unwrap();
+    }
+    let reply = t.call(&test_msg(1, 77, 0), T).await.unwrap();
+    assert_eq!(reply.generation, 2, "answered by the new incarnation");
+    eventually("the three messages processed", || rt.device().snapshot(t.slot()).unwrap().messages_processed >= 4)
+        .await;
+    let stats = rt.dead_letters().stats();
+    assert_eq!((stats.total(), stats.count(DeadLetterReason::Poison)), (1, 1), "{stats}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_temporary_child_s_handle_errors_and_dead_letters() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("tmp").restart(Restart::Temporary));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let h = rt.gpu("app/tmp").unwrap();
+    rt.root().terminate_child("tmp").await.unwrap();
+    assert_eq!(h.status(), ChildStatus::Gone);
+    assert!(matches!(h.send(&1i64.to_le_bytes()), Err(SendError::Gone { status: ChildStatus::Gone })));
+    assert!(matches!(h.call(&1i64.to_le_bytes(), T).await, Err(SendError::Gone { .. })));
+    assert!(rt.registry().lookup("app/tmp").is_none(), "a gone child's name is released");
+    let letters = rt.dead_letters().snapshot();
+    assert_eq!(letters.len(), 2);
+    assert!(letters.iter().all(|l| l.reason == DeadLetterReason::DeadTarget && l.target.as_deref() == Some("app/tmp")));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_drains_and_a_brutal_kill_kills_the_device_actor() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("g", GpuChild::new("test").init(POISON.to_le_bytes())).name("app/g"))
+        .child(
+            ChildSpec::gpu("b", GpuChild::new("test").init(POISON.to_le_bytes()))
+                .name("app/b")
+                .shutdown(Shutdown::BrutalKill),
+        );
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let (g, b) = (rt.gpu("app/g").unwrap(), rt.gpu("app/b").unwrap());
+    // g: stalled with messages queued; a graceful stop waits for them to be processed.
+    g.send(&test_msg(3, 0, 50_000_000)).unwrap();
+    for i in 0..4 {
+        g.send(&test_msg(1, i, 0)).unwrap();
+    }
+    rt.root().terminate_child("g").await.unwrap();
+    let snap = rt.device().snapshot(g.slot()).unwrap();
+    assert_eq!((snap.state, snap.messages_processed), (SlotState::Terminated, 5), "drained before stopping");
+    // b: stalled with messages queued; brutal kill does not wait, and the device actor is killed.
+    b.send(&test_msg(3, 0, 5_000_000_000)).unwrap();
+    for i in 0..4 {
+        b.send(&test_msg(1, i, 0)).unwrap();
+    }
+    let started = Instant::now();
+    rt.root().terminate_child("b").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "brutal kill waits for nothing");
+    eventually("device actor killed", || rt.device().host_view(b.slot()).unwrap().1 == SlotState::Terminated).await;
+    eventually("leftovers dead-lettered", || rt.dead_letters().stats().count(DeadLetterReason::LeftInInbox) >= 3).await;
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_spaces_restarts_and_still_counts_toward_intensity() {
+    let backoff = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1)).jitter(0.0);
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(2, Duration::from_secs(30))
+        .child(ChildSpec::gpu("t", GpuChild::new("test").init(POISON.to_le_bytes())).name("app/t").backoff(backoff));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let t = rt.gpu("app/t").unwrap();
+    let mut exited_at = None;
+    let mut gaps = Vec::new();
+    for _ in 0..2 {
+        t.send(&fail_msg()).unwrap();
+        loop {
+            match tokio::time::timeout(T, events.recv()).await.unwrap().unwrap() {
+                TreeEvent::ChildExited { .. } => exited_at = Some(Instant::now()),
+                TreeEvent::ChildStarted { .. } => {
+                    gaps.push(exited_at.unwrap().elapsed());
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(gaps[0] >= Duration::from_millis(90), "first restart after ~100 ms, was {:?}", gaps[0]);
+    assert!(gaps[1] >= Duration::from_millis(190), "second after ~200 ms, was {:?}", gaps[1]);
+    // The third restart within the period exceeds intensity 2: the supervisor shuts down.
+    t.send(&fail_msg()).unwrap();
+    tokio::time::timeout(T, rt.root().wait()).await.expect("supervisor ends");
+    assert_eq!(t.status(), ChildStatus::Gone);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_one_for_one_children_are_started_named_and_found_by_pattern() {
+    let template = ChildSpec::gpu("sensor", GpuChild::new("counter")).name("fleet/sensors/{id}");
+    let spec = SupervisorSpec::simple(template).intensity(10, Duration::from_secs(5));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    for i in 0..5i64 {
+        let child = rt.root().start_dynamic(i.to_le_bytes().to_vec()).await.unwrap();
+        assert_eq!(child.name(), Some(format!("fleet/sensors/sensor-{}", i + 1).as_str()));
+    }
+    let found = rt.find("fleet/sensors/*").unwrap();
+    assert_eq!(found.len(), 5);
+    for (i, (_, child)) in found.iter().enumerate() {
+        assert_eq!(total(&child.gpu().unwrap(), 0).await, i as i64, "init bytes are the dynamic args");
+    }
+    assert!(matches!(rt.root().restart_child("sensor-1").await, Err(SupervisorError::WrongStrategy(_))));
+    assert!(matches!(rt.root().start_child(counter("x")).await, Err(SupervisorError::WrongStrategy(_))));
+    rt.root().terminate_child("sensor-2").await.unwrap();
+    assert_eq!(rt.root().count_children().await.unwrap().specs, 4, "a terminated dynamic child is removed");
+    assert_eq!(rt.find("fleet/sensors/*").unwrap().len(), 4);
+    rt.shutdown().await;
+}
