@@ -128,6 +128,13 @@ impl SpecLoader {
     }
 }
 
+/// Stands in for a child that could not be read (the load fails anyway): unique id, nothing to check.
+fn placeholder(path: &str) -> ChildSpec {
+    ChildSpec::actor(format!("<invalid {path}>"), |_ctx: crate::child::StartContext| async {
+        Err("invalid child spec".to_string())
+    })
+}
+
 fn line_col(text: &str, offset: usize) -> String {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
@@ -281,15 +288,17 @@ impl Walker<'_> {
             None => {}
             Some(Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    if let Some(child) = self.child(item, &format!("{path}.children[{i}]")) {
-                        spec.children.push(child);
-                    }
+                    let child_path = format!("{path}.children[{i}]");
+                    // An unusable child keeps its place (as a placeholder) so later paths stay right.
+                    let child = self.child(item, &child_path).unwrap_or_else(|| placeholder(&child_path));
+                    spec.children.push(child);
                 }
             }
             Some(other) => self
                 .err(&format!("{path}.children"), format!("expected an array of tables, found {}", type_name(other))),
         }
-        (strategy.is_some()).then_some(spec)
+        let _ = strategy; // an unknown strategy is reported; checking goes on with one_for_one
+        Some(spec)
     }
 
     fn child(&mut self, v: &Value, path: &str) -> Option<ChildSpec> {
@@ -373,16 +382,14 @@ impl Walker<'_> {
             }
         };
         if t.contains_key("restart") {
-            spec.restart = self.choice(
-                t,
-                "restart",
-                path,
-                &[
-                    ("permanent", Restart::Permanent),
-                    ("transient", Restart::Transient),
-                    ("temporary", Restart::Temporary),
-                ],
-            )?;
+            let restarts = [
+                ("permanent", Restart::Permanent),
+                ("transient", Restart::Transient),
+                ("temporary", Restart::Temporary),
+            ];
+            if let Some(r) = self.choice(t, "restart", path, &restarts) {
+                spec.restart = r;
+            }
         }
         if let Some(v) = t.get("shutdown") {
             spec.shutdown = match v {
@@ -398,7 +405,7 @@ impl Walker<'_> {
                         &format!("{path}.shutdown"),
                         format!("unknown value {shown} (expected milliseconds, \"brutal_kill\" or \"infinity\")"),
                     );
-                    return None;
+                    spec.shutdown
                 }
             };
         }
@@ -411,10 +418,10 @@ impl Walker<'_> {
             }
         }
         if t.contains_key("name") {
-            spec.name = Some(self.string(t, "name", path)?.to_string());
+            spec.name = self.string(t, "name", path).map(str::to_string);
         }
         if let Some(v) = t.get("backoff") {
-            spec.backoff = Some(self.backoff(v, &format!("{path}.backoff"))?);
+            spec.backoff = self.backoff(v, &format!("{path}.backoff"));
         }
         Some(spec)
     }

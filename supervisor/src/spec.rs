@@ -280,6 +280,50 @@ impl SupervisorSpec {
         self
     }
 
+    /// A canonical one-line-per-node outline of the tree (flags, children and their settings), for
+    /// comparing specs (a TOML file against the same tree built in code) and for showing them.
+    pub fn outline(&self) -> String {
+        let mut out = String::new();
+        self.outline_into(0, &mut out);
+        out
+    }
+
+    fn outline_into(&self, depth: usize, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "{:indent$}sup strategy={:?} intensity={} period={:?} auto_shutdown={:?}",
+            "",
+            self.strategy,
+            self.intensity,
+            self.period,
+            self.auto_shutdown,
+            indent = depth * 2
+        );
+        for c in &self.children {
+            let kind = match &c.start {
+                ChildStart::Gpu(g) => format!("gpu={} slot={:?}", g.behaviour(), g.wanted_slot()),
+                ChildStart::Supervisor(_) => "supervisor".to_string(),
+                ChildStart::Actor(_) => "actor".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{:indent$}child id={} {kind} restart={:?} shutdown={:?} significant={} name={:?} backoff={:?}",
+                "",
+                c.id,
+                c.restart,
+                c.shutdown,
+                c.significant,
+                c.name,
+                c.backoff,
+                indent = depth * 2 + 2
+            );
+            if let ChildStart::Supervisor(nested) = &c.start {
+                nested.outline_into(depth + 2, out);
+            }
+        }
+    }
+
     /// Checks what a spec built in code can get wrong; the TOML loader reports the same errors with paths.
     pub fn validate(&self) -> Result<(), crate::SupervisorError> {
         let mut problems = Vec::new();

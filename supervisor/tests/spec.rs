@@ -1,0 +1,189 @@
+//! Declarative specs: TOML loading, the builder, and validation reporting every error with its path.
+
+use std::time::Duration;
+
+use ringvisor_supervisor::*;
+
+const BEHAVIOURS: [&str; 4] = ["echo", "counter", "kv", "test"];
+
+fn loader() -> SpecLoader {
+    SpecLoader::new().behaviours(BEHAVIOURS)
+}
+
+fn errors(toml: &str) -> Vec<String> {
+    match loader().load_str(toml) {
+        Ok(spec) => panic!("expected errors, loaded {}", spec.outline()),
+        Err(SpecErrors(errs)) => errs.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn has(errs: &[String], want: &str) {
+    assert!(errs.iter().any(|e| e == want), "missing `{want}` in:\n{}", errs.join("\n"));
+}
+
+#[test]
+fn the_example_file_loads_as_the_tree_the_builder_makes() {
+    let text = include_str!("../../examples/fleet.toml");
+    let spec = loader().load_str(text).expect("the example spec is valid");
+    let sensors = SupervisorSpec::new(Strategy::RestForOne).intensity(3, Duration::from_secs(5));
+    let sensors = (1..=3).fold(sensors, |s, n| {
+        s.child(ChildSpec::gpu(format!("s{n}"), GpuChild::new("echo")).name(format!("fleet/sensors/s{n}")))
+    });
+    let built = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(5, Duration::from_secs(10))
+        .child(ChildSpec::gpu("totals", GpuChild::new("counter")).name("fleet/totals"))
+        .child(ChildSpec::supervisor("sensors", sensors).name("fleet/sensors"))
+        .child(
+            ChildSpec::gpu("cache", GpuChild::new("kv"))
+                .name("fleet/cache")
+                .restart(Restart::Transient)
+                .shutdown(Shutdown::Timeout(Duration::from_secs(2)))
+                .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_secs(1))),
+        );
+    assert_eq!(spec.outline(), built.outline());
+}
+
+#[test]
+fn defaults_are_otp_s() {
+    let spec = loader().load_str("[supervisor]\n[[supervisor.children]]\nid = \"a\"\ngpu = \"echo\"\n").unwrap();
+    assert_eq!((spec.strategy, spec.intensity, spec.period), (Strategy::OneForOne, 1, Duration::from_secs(5)));
+    assert_eq!(spec.auto_shutdown, AutoShutdown::Never);
+    let a = &spec.children[0];
+    assert_eq!(
+        (a.restart, a.shutdown, a.significant),
+        (Restart::Permanent, Shutdown::Timeout(Duration::from_secs(5)), false)
+    );
+    let nested = loader()
+        .load_str("[supervisor]\n[[supervisor.children]]\nid = \"s\"\n[supervisor.children.supervisor]\n")
+        .unwrap();
+    assert_eq!(nested.children[0].shutdown, Shutdown::Infinity, "supervisors default to infinity");
+    assert_eq!(nested.children[0].child_type(), ChildType::Supervisor);
+}
+
+#[test]
+fn every_error_is_reported_with_its_path() {
+    let errs = errors(
+        r#"
+[supervisor]
+strategy = "one_for_some"
+intensity = -1
+period = 0
+colour = "blue"
+
+[[supervisor.children]]
+id = "a"
+gpu = "counter"
+restart = "sometimes"
+shutdown = "later"
+
+[[supervisor.children]]
+id = "a"
+gpu = "nosuch"
+
+[[supervisor.children]]
+id = "p"
+gpu = "counter"
+significant = true
+name = "x/y"
+
+[[supervisor.children]]
+id = "q"
+gpu = "counter"
+name = "x/y"
+
+[[supervisor.children]]
+id = "both"
+gpu = "counter"
+actor = "cache"
+
+[[supervisor.children]]
+id = "n"
+gpu = "kv"
+name = "bad//name"
+backoff = { initial_ms = 0, max_ms = 10 }
+"#,
+    );
+    has(
+        &errs,
+        r#"supervisor.strategy: unknown value "one_for_some" (expected one of: one_for_one, one_for_all, rest_for_one, simple_one_for_one)"#,
+    );
+    has(&errs, "supervisor.intensity: must be at least 0, found -1");
+    has(&errs, "supervisor.period: must be a positive number of seconds, found 0");
+    has(
+        &errs,
+        "supervisor.colour: unknown key (expected one of: strategy, intensity, period, auto_shutdown, children)",
+    );
+    has(
+        &errs,
+        r#"supervisor.children[0].restart: unknown value "sometimes" (expected one of: permanent, transient, temporary)"#,
+    );
+    has(
+        &errs,
+        r#"supervisor.children[0].shutdown: unknown value "later" (expected milliseconds, "brutal_kill" or "infinity")"#,
+    );
+    has(&errs, r#"supervisor.children[1].id: duplicate id "a""#);
+    has(&errs, r#"supervisor.children[1].gpu: unknown behaviour "nosuch" (known: counter, echo, kv, test)"#);
+    has(&errs, "supervisor.children[2].significant: a significant child cannot be permanent");
+    has(&errs, r#"supervisor.children[3].name: "x/y" is also the name of supervisor.children[2]"#);
+    has(&errs, "supervisor.children[4]: needs exactly one of `gpu`, `actor`, `supervisor` (found 2)");
+    assert!(errs.iter().any(|e| e.starts_with("supervisor.children[5].name: invalid name `bad//name`")), "{errs:?}");
+    has(&errs, "supervisor.children[5].backoff.initial_ms: must be at least 1, found 0");
+    assert_eq!(errs.len(), 13, "{}", errs.join("\n"));
+}
+
+#[test]
+fn nested_paths_and_simple_one_for_one_rules() {
+    let errs = errors(
+        r#"
+[supervisor]
+[[supervisor.children]]
+id = "pool"
+[supervisor.children.supervisor]
+strategy = "simple_one_for_one"
+auto_shutdown = "sometimes"
+"#,
+    );
+    has(
+        &errs,
+        r#"supervisor.children[0].supervisor.auto_shutdown: unknown value "sometimes" (expected one of: never, any_significant, all_significant)"#,
+    );
+    has(&errs, "supervisor.children[0].supervisor.children: a simple_one_for_one supervisor needs exactly one child (the template), found 0");
+}
+
+#[test]
+fn malformed_toml_and_wrong_types_are_located() {
+    let errs = errors("[supervisor\nstrategy = \"one_for_one\"\n");
+    assert!(errs[0].starts_with("<toml> line 1, column"), "{errs:?}");
+    let errs = errors("[supervisor]\nintensity = \"three\"\nchildren = 4\n");
+    has(&errs, "supervisor.intensity: expected an integer, found a string");
+    has(&errs, "supervisor.children: expected an array of tables, found an integer");
+    let errs = errors("supervisor = 3\n");
+    has(&errs, "supervisor: expected a table, found an integer");
+    let errs = errors("");
+    has(&errs, "supervisor: missing table");
+    let errs = errors("[supervisor]\n[[supervisor.children]]\ngpu = \"echo\"\ninit = [1, 300]\n");
+    has(&errs, "supervisor.children[0].id: missing");
+}
+
+#[test]
+fn actors_resolve_through_the_loader() {
+    let text = "[supervisor]\n[[supervisor.children]]\nid = \"c\"\nactor = \"cache\"\n";
+    let errs = errors(text);
+    has(&errs, r#"supervisor.children[0].actor: unknown actor "cache" (known: )"#);
+    let loader =
+        loader().actor("cache", |_ctx: StartContext| async { Err::<ractor::ActorCell, _>("unused".to_string()) });
+    let spec = loader.load_str(text).unwrap();
+    assert!(matches!(spec.children[0].start, ChildStart::Actor(_)));
+}
+
+#[test]
+fn the_builder_is_checked_the_same_way() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("a", GpuChild::new("echo")).significant(true))
+        .child(ChildSpec::gpu("a", GpuChild::new("echo")))
+        .intensity(1, Duration::ZERO);
+    let err = spec.validate().unwrap_err().to_string();
+    assert!(err.contains("supervisor.period: must be positive"), "{err}");
+    assert!(err.contains("supervisor.children[0].significant: a significant child cannot be permanent"), "{err}");
+    assert!(err.contains(r#"supervisor.children[1].id: duplicate id "a""#), "{err}");
+}
