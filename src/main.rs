@@ -1,15 +1,15 @@
 //! `ringvisor`: the command-line entry point.
 //!
-//! `ringvisor demo [--duration SECS] [--actors N]` runs the main job on the CPU backend: counter actors on a
-//! running device, two producers sending, a crash injected into a random actor every 100 ms and the actor
-//! restarted by a minimal host-side restart loop, then a summary that accounts for every message.
-//! (The full supervision tree, live view and chaos commands come with the supervisor.)
+//! `ringvisor demo [--duration SECS] [--actors N]` runs the main job on the CPU backend: supervised counter
+//! actors on a running device (a `simple_one_for_one` pool under a root supervisor), producers calling them
+//! through stable handles, a crash injected into a random actor every 100 ms and restarted by its supervisor,
+//! then a summary that accounts for every message: answered, or a dead letter with its reason.
 
-use ringvisor::device::{Device, DeviceConfig, DeviceError, EventKind, Fault};
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use ringvisor::prelude::*;
+use ringvisor::supervisor::{DeadLetterReason, SendError, TreeEvent};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 struct Args {
     duration: Duration,
@@ -45,7 +45,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(args)
 }
 
-fn main() {
+#[tokio::main]
+async fn main() {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let args = match parse(std::env::args().skip(1)) {
         Ok(a) => a,
@@ -54,116 +55,103 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = demo(args) {
+    if let Err(e) = demo(args).await {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
 }
 
-fn demo(args: Args) -> Result<(), DeviceError> {
-    let device = Device::open(DeviceConfig::default().slots(args.actors))?;
-    println!("ringvisor demo: {} counter actors on {}", args.actors, device.describe());
-    let events = device.subscribe();
-    for s in 0..args.actors {
-        device.create(s, "counter", &[])?.wait_blocking(Duration::from_secs(5))?;
+/// What the producers saw.
+#[derive(Default)]
+struct Tally {
+    handed: AtomicU64,
+    answered: AtomicU64,
+    undelivered: AtomicU64,
+    refused: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+async fn demo(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let pool = SupervisorSpec::simple(ChildSpec::gpu("counter", GpuChild::new("counter")).name("demo/counters/{id}"))
+        .intensity(10_000, Duration::from_secs(1));
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::supervisor("counters", pool));
+    let config = DeviceConfig::default().slots(args.actors);
+    let rt = Runtime::builder().device(config).root_id("demo").start(spec).await?;
+    println!("ringvisor demo: {} supervised counter actors on {}", args.actors, rt.device().describe());
+    let pool = ringvisor::supervisor::SupervisorRef::from_child(&rt.root().child("counters").await?)
+        .ok_or("the pool supervisor is not running")?;
+    for _ in 0..args.actors {
+        pool.start_dynamic(Vec::new()).await?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let producers: Vec<_> = (0..2u32)
+    let actors: Vec<GpuActorRef> =
+        rt.find("demo/counters/*")?.into_iter().filter_map(|(_, child)| child.gpu()).collect();
+    let mut tree_events = rt.services().events().subscribe();
+    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let producers: Vec<_> = (0..32u32)
         .map(|p| {
-            let (d, stop, n) = (device.clone(), stop.clone(), args.actors);
-            std::thread::spawn(move || {
-                let mut sent = HashSet::new();
+            let (actors, stop, tally) = (actors.clone(), stop.clone(), tally.clone());
+            tokio::spawn(async move {
                 let mut i = p;
                 while !stop.load(Ordering::Relaxed) {
                     i = i.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                    if let Ok(id) = d.post(i % n, &1i64.to_le_bytes(), Duration::from_millis(5)) {
-                        sent.insert(id);
-                    }
+                    let actor = &actors[(i >> 8) as usize % actors.len()];
+                    tally.handed.fetch_add(1, Ordering::Relaxed);
+                    let counter = match actor.call(&1i64.to_le_bytes(), Duration::from_secs(5)).await {
+                        Ok(_) => &tally.answered,
+                        Err(SendError::Device(ringvisor::device::DeviceError::Undelivered { .. })) => {
+                            &tally.undelivered
+                        }
+                        Err(SendError::InboxFull) => &tally.refused,
+                        Err(_) => &tally.timed_out,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
                 }
-                sent
             })
         })
         .collect();
     let started = Instant::now();
-    let (mut crashes, mut restarts, mut answered) = (0u64, 0u64, HashSet::new());
-    let mut undelivered = HashSet::new();
-    let mut next_fault = Instant::now();
+    let mut crashes = 0u64;
     let mut seed = 0x9E37_79B9u32;
     while started.elapsed() < args.duration {
-        if Instant::now() >= next_fault {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            device.inject(seed % args.actors, Fault::CrashNextMessage)?;
-            crashes += 1;
-            next_fault += Duration::from_millis(100);
-        }
-        while let Some(e) = events.try_recv() {
-            undelivered.extend(e.undelivered.iter().map(|u| u.envelope.correlation));
-            if e.event.kind == EventKind::Failed {
-                // the minimal restart loop: every failed actor is restarted at once
-                device.restart(e.event.slot, "counter", &[])?;
-                restarts += 1;
-            }
-        }
-        // bounded: producers may outpace this loop
-        for _ in 0..100_000 {
-            let Some(r) = device.replies().try_recv() else { break };
-            answered.insert(r.correlation);
-        }
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        rt.device().inject(actors[seed as usize % actors.len()].slot(), Fault::CrashNextMessage)?;
+        crashes += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let sent: HashSet<u64> = producers.into_iter().flat_map(|p| p.join().expect("producer")).collect();
-    // settle: drain every actor so queued messages are processed or handed back
-    for s in 0..args.actors {
-        loop {
-            match device.drain_and_wait(s, Duration::from_secs(5)) {
-                Ok(e) if e.event.kind == EventKind::Drained => {
-                    undelivered.extend(e.undelivered.iter().map(|u| u.envelope.correlation));
-                    break;
-                }
-                Ok(e) => undelivered.extend(e.undelivered.iter().map(|u| u.envelope.correlation)),
-                Err(DeviceError::Rejected { .. }) | Err(DeviceError::CommandInFlight { .. }) => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Err(e) => return Err(e),
-            }
-            while let Some(e) = events.try_recv() {
-                undelivered.extend(e.undelivered.iter().map(|u| u.envelope.correlation));
-                if e.event.kind == EventKind::Failed {
-                    let _ = device.restart(e.event.slot, "counter", &[]);
-                    restarts += 1;
-                }
-            }
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while answered.len() + undelivered.len() < sent.len() && Instant::now() < deadline {
-        while let Some(r) = device.replies().try_recv() {
-            answered.insert(r.correlation);
-        }
-        while let Some(e) = events.try_recv() {
-            undelivered.extend(e.undelivered.iter().map(|u| u.envelope.correlation));
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    for p in producers {
+        p.await?;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let lost = sent.iter().filter(|c| !answered.contains(c) && !undelivered.contains(c)).count();
-    let stats = device.stats();
-    println!("ran {:.1} s", elapsed);
-    println!("messages sent          {:>10}  ({:.0}/s)", sent.len(), sent.len() as f64 / elapsed);
-    println!("answered               {:>10}", answered.len());
-    println!(
-        "handed back            {:>10}  ({} left in inbox, {} in flight at crash)",
-        undelivered.len(),
-        stats.undelivered_left_in_inbox,
-        stats.undelivered_in_flight
-    );
-    println!("crashes injected       {:>10}", crashes);
-    println!("restarts               {:>10}", restarts);
-    println!("unaccounted            {:>10}", lost);
-    device.shutdown();
-    if lost > 0 {
-        return Err(DeviceError::InvalidConfig(format!("{lost} messages unaccounted for")));
+    let mut restarts = 0u64;
+    while let Ok(e) = tree_events.try_recv() {
+        restarts += u64::from(matches!(e, TreeEvent::Restarting { .. }));
     }
-    println!("every message was answered or handed back: nothing lost");
+    let dl = rt.dead_letters().stats();
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let handed = load(&tally.handed);
+    let dead = dl.count(DeadLetterReason::LeftInInbox)
+        + dl.count(DeadLetterReason::Poison)
+        + dl.count(DeadLetterReason::InboxFull);
+    println!("ran {elapsed:.1} s");
+    println!("messages handed to handles {:>10}  ({:.0}/s)", handed, handed as f64 / elapsed);
+    println!("answered                   {:>10}", load(&tally.answered));
+    println!(
+        "dead letters               {:>10}  ({} poison, {} left in inbox at restart, {} inbox full)",
+        dead,
+        dl.count(DeadLetterReason::Poison),
+        dl.count(DeadLetterReason::LeftInInbox),
+        dl.count(DeadLetterReason::InboxFull)
+    );
+    println!("crashes injected           {:>10}", crashes);
+    println!("restarts by the supervisor {:>10}", restarts);
+    let unaccounted = handed as i64 - load(&tally.answered) as i64 - dead as i64;
+    println!("unaccounted                {:>10}", unaccounted);
+    let timed_out = load(&tally.timed_out);
+    rt.shutdown().await;
+    if unaccounted != 0 || timed_out != 0 || load(&tally.undelivered) + load(&tally.refused) != dead {
+        return Err(format!("{unaccounted} messages unaccounted for, {timed_out} calls timed out").into());
+    }
+    println!("every message was answered or is a dead letter with its reason: nothing lost");
     Ok(())
 }
