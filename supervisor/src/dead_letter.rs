@@ -11,7 +11,8 @@ use ringvisor_device::{Envelope, UndeliveredReason};
 use tokio::sync::mpsc;
 
 /// Why a message became a dead letter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DeadLetterReason {
     /// No actor is registered under the target name.
     UnknownTarget,

@@ -14,7 +14,8 @@ use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
 
 /// Where a child is in its life, as its handles see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChildStatus {
     /// Being started for the first time.
     Starting,

@@ -5,10 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::child::{ActorFactory, GpuChild};
 
 /// How a supervisor restarts its children when one of them exits and must be restarted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Restart only the child that exited.
     OneForOne,
@@ -21,7 +24,8 @@ pub enum Strategy {
 }
 
 /// When a child is restarted (OTP's restart type).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Restart {
     /// Always restarted.
     Permanent,
@@ -32,7 +36,8 @@ pub enum Restart {
 }
 
 /// How a child is stopped by its supervisor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Shutdown {
     /// Killed at once (no cleanup runs).
     BrutalKill,
@@ -43,7 +48,8 @@ pub enum Shutdown {
 }
 
 /// Whether a child is a worker or a supervisor (for `count_children` and shutdown defaults).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChildType {
     /// Any actor that is not a supervisor: GPU actors and host actors.
     Worker,
@@ -52,7 +58,8 @@ pub enum ChildType {
 }
 
 /// When a supervisor shuts itself down because significant children ended (OTP 24+).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AutoShutdown {
     /// Never (the default).
     #[default]
@@ -67,7 +74,7 @@ pub enum AutoShutdown {
 /// `min(max, initial * 2^(n-1))`, spread by up to `jitter` (a fraction) either way. A child that ran for
 /// at least `reset_after` before exiting starts again from `initial`. Restarts still count toward the
 /// supervisor's intensity when they happen.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Backoff {
     /// Delay before the first restart.
     pub initial: Duration,

@@ -48,7 +48,8 @@ enum Msg {
 }
 
 /// A child's run state as `which_children` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Running.
     Running,
