@@ -152,6 +152,11 @@ impl<T> Stream<T> {
         }
     }
 
+    /// True once the stream is closed (the device shut down); queued items can still be taken.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner.items).1
+    }
+
     /// Items queued now.
     pub fn len(&self) -> usize {
         lock(&self.inner.items).0.len()

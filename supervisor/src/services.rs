@@ -15,6 +15,9 @@ use crate::handle::GpuActorRef;
 use crate::registry::Registry;
 use crate::slot_actor::SlotMsg;
 
+/// How often the event router checks whether it should stop while no event comes.
+const ROUTER_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Which slots of the device are free for GPU children.
 pub(crate) struct SlotPool {
     free: Mutex<BTreeSet<u32>>,
@@ -127,28 +130,32 @@ impl Services {
         Self::build(None, DeadLetters::default())
     }
 
-    /// Services for a tree of GPU (and host) actors on `device`. Must be called within a tokio runtime: it
-    /// starts the task that routes the device's events.
-    pub fn with_device(device: Device) -> Self {
+    /// Services for a tree of GPU (and host) actors on `device`. Starts the thread that routes the
+    /// device's events (it ends when the services are dropped or the device shuts down).
+    pub fn with_device(device: Device) -> std::io::Result<Self> {
         Self::with_device_and_dead_letters(device, DeadLetters::default())
     }
 
     /// Like [`Services::with_device`], with a dead-letter queue configured by the caller.
-    pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> Self {
+    pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> std::io::Result<Self> {
         let gpu =
             GpuServices { slots: SlotPool::new(device.slot_count()), bindings: DashMap::new(), device: device.clone() };
         let services = Self::build(Some(gpu), dead_letters);
         let events = device.subscribe();
         let weak = Arc::downgrade(&services.inner);
-        tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                let Some(inner) = weak.upgrade() else { break };
-                if let Some(gpu) = &inner.gpu {
-                    gpu.route(event, &inner.dead_letters);
+        std::thread::Builder::new().name("ringvisor-event-router".into()).spawn(move || loop {
+            match events.recv_timeout(ROUTER_POLL) {
+                Some(event) => {
+                    let Some(inner) = weak.upgrade() else { break };
+                    if let Some(gpu) = &inner.gpu {
+                        gpu.route(event, &inner.dead_letters);
+                    }
                 }
+                None if events.is_closed() || weak.strong_count() == 0 => break,
+                None => {}
             }
-        });
-        services
+        })?;
+        Ok(services)
     }
 
     fn build(gpu: Option<GpuServices>, dead_letters: DeadLetters) -> Self {

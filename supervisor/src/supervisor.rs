@@ -209,15 +209,12 @@ impl SupervisorState {
             }
             _ => (None, None),
         };
-        if let Some(name) = &spec.name {
-            if let Some(bound) = self.services.registry().lookup(name) {
-                if let (Some(gpu), Some(slot)) = (self.services.gpu(), slot) {
-                    gpu.unclaim(slot);
-                    gpu.slots.release(slot);
-                }
-                let _ = bound;
-                return Err(crate::registry::RegistryError::Taken(name.clone()).into());
+        if let Some(name) = spec.name.as_ref().filter(|n| self.services.registry().lookup(n).is_some()) {
+            if let (Some(gpu), Some(slot)) = (self.services.gpu(), slot) {
+                gpu.unclaim(slot);
+                gpu.slots.release(slot);
             }
+            return Err(crate::registry::RegistryError::Taken(name.clone()).into());
         }
         let shared = ChildShared::new(spec.id.clone(), spec.name.clone(), gpu);
         Ok(Child { spec, run: Run::Undefined, shared, slot, attempts: 0, args, started_at: None, consecutive: 0 })

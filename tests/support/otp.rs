@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringvisor::device::{BehaviourSet, Device, DeviceConfig};
-use ringvisor::supervisor::ractor::{self, Actor, ActorProcessingErr, ActorRef};
+use ringvisor::supervisor::ractor::{Actor, ActorProcessingErr, ActorRef};
 use ringvisor::supervisor::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,15 +358,16 @@ impl Run {
     }
 
     async fn count(&mut self, sup_id: &str) {
-        let line = match self.supervisor(sup_id).await.map(|s| async move { s.count_children().await }) {
+        let count = match self.supervisor(sup_id).await {
+            Some(sup) => sup.count_children().await.ok(),
+            None => None,
+        };
+        let line = match count {
+            Some(c) => format!(
+                "count {sup_id} specs={} active={} supervisors={} workers={}",
+                c.specs, c.active, c.supervisors, c.workers
+            ),
             None => format!("count {sup_id} noproc"),
-            Some(f) => match f.await {
-                Ok(c) => format!(
-                    "count {sup_id} specs={} active={} supervisors={} workers={}",
-                    c.specs, c.active, c.supervisors, c.workers
-                ),
-                Err(_) => format!("count {sup_id} noproc"),
-            },
         };
         self.drain_events();
         self.trace.push(line);
@@ -411,7 +412,7 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
                 .state_bytes(64)
                 .behaviours(BehaviourSet::builtins());
             let device = Device::open(config).expect("CPU device opens");
-            (Services::with_device(device.clone()), Some(device))
+            (Services::with_device(device.clone()).expect("router starts"), Some(device))
         }
     };
     let events = services.events().subscribe();
@@ -452,7 +453,6 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
     if let Some(d) = &run.device {
         d.shutdown();
     }
-    let _ = ractor::ActorStatus::Running;
     run.trace
 }
 
