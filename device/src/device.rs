@@ -408,6 +408,13 @@ impl Device {
         self.inner.executor.describe()
     }
 
+    /// Bytes of the two device regions: shared with the host (control blocks, rings, commands, events) and
+    /// device-local (kernel-to-kernel rings, actor state, block-0 records).
+    pub fn region_bytes(&self) -> (u64, u64) {
+        let c = self.inner.grid.config();
+        (c.shared_bytes, c.local_bytes)
+    }
+
     fn check_slot(&self, slot: u32) -> Result<(), DeviceError> {
         if slot >= self.slot_count() {
             return Err(DeviceError::SlotOutOfRange { slot, slot_count: self.slot_count() });

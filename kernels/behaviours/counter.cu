@@ -1,9 +1,9 @@
 /*
  * counter: keeps a running sum.
  *   init:    optional int64 initial total (8 bytes);
- *   message: int64 delta (exactly 8 bytes);
+ *   message: int64 delta in its first 8 bytes (8 to 96 bytes: the rest, e.g. the record the delta counts, is ignored);
  *   reply:   rv_counter_reply { int64 total; uint64 count } after adding the delta.
- * A message of another length is answered with an RV_KIND_ERROR (RV_ERR_BAD_ENVELOPE); the actor keeps running.
+ * A message shorter than 8 bytes is answered with an RV_KIND_ERROR (RV_ERR_BAD_ENVELOPE); the actor keeps running.
  */
 #include "../rv_behaviour.h"
 
@@ -23,7 +23,7 @@ RV_BEHAVIOUR_FN int rv_behaviour_counter(rv_actor_ctx *ctx, const rv_envelope *m
         if (msg->payload_len >= 8) s->total = (int64_t)rv_read_u64(msg->payload);
         return RV_OK;
     }
-    if (msg->payload_len != 8) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
+    if (msg->payload_len < 8) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
     s->total += (int64_t)rv_read_u64(msg->payload);
     s->count += 1;
     rv_counter_reply r;

@@ -36,8 +36,10 @@ pub(crate) struct SlotActorState {
     generation: u32,
 }
 
-/// Poll period while waiting for the host's view of a slot to change.
+/// Wait between attempts to submit a command while another is in flight on the slot.
 const POLL: Duration = Duration::from_millis(1);
+/// Longest wait for a slot event before a stopping slot actor re-reads the slot's state.
+const DRAIN_RECHECK: Duration = Duration::from_millis(20);
 
 /// Submits a command, retrying while an earlier command on the slot is still in flight.
 async fn submit_when_free(
@@ -119,22 +121,22 @@ impl Actor for SlotActor {
         // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
         // the wait with the child's shutdown spec (and kills the slot if it runs out).
         let device = &gpu.device;
+        let events = device.subscribe_slot(state.slot)?;
         loop {
             let (generation, slot_state) = device.host_view(state.slot)?;
             if generation != state.generation {
                 return Ok(());
             }
             match slot_state {
-                SlotState::Active => {
-                    match device.drain(state.slot) {
-                        Ok(_) | Err(DeviceError::CommandInFlight { .. }) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    tokio::time::sleep(POLL).await;
-                }
-                SlotState::Draining | SlotState::Initializing => tokio::time::sleep(POLL).await,
+                SlotState::Active => match device.drain(state.slot) {
+                    Ok(_) | Err(DeviceError::CommandInFlight { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                },
+                SlotState::Draining | SlotState::Initializing => {}
                 SlotState::Terminated | SlotState::Failed | SlotState::Dormant => return Ok(()),
             }
+            // Wake on the slot's next event (the drain finishing), or re-check after a while.
+            let _ = tokio::time::timeout(DRAIN_RECHECK, events.recv()).await;
         }
     }
 }
