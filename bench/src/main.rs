@@ -1,0 +1,134 @@
+//! `ringvisor-bench`: end-to-end benchmarks of ringvisor through a running kernel (the CPU backend), each
+//! against a baseline measured in the same run. Prints a markdown table and writes it, as JSON, and an SVG
+//! of the round-trip distributions, to `--out` (default `target/bench`).
+//!
+//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR]`
+
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+
+use scenarios::*;
+use stats::{cdf_svg, markdown, Row};
+
+fn main() {
+    let mut quick = false;
+    let mut out = PathBuf::from("target/bench");
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--out" => out = PathBuf::from(args.next().unwrap_or_else(|| usage("--out needs a directory"))),
+            other => usage(&format!("unknown argument `{other}`")),
+        }
+    }
+    let scale = if quick {
+        Scale {
+            latency_samples: 2_000,
+            throughput_messages: 200_000,
+            throughput_runs: 5,
+            restart_samples: 1_000,
+            group_samples: 5,
+            scale_slots: 20_000,
+        }
+    } else {
+        Scale {
+            latency_samples: 20_000,
+            throughput_messages: 2_000_000,
+            throughput_runs: 11,
+            restart_samples: 2_000,
+            group_samples: 30,
+            scale_slots: 100_000,
+        }
+    };
+    let rows = run(scale);
+    let table = markdown(&rows.0);
+    println!("{table}");
+    std::fs::create_dir_all(&out).unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", out.display())));
+    let json = serde_json::to_string_pretty(&rows.0).expect("rows serialise");
+    for (name, text) in [("results.md", table), ("results.json", json), ("round_trip.svg", rows.1)] {
+        let path = out.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", path.display())));
+        eprintln!("wrote {}", path.display());
+    }
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR]");
+    std::process::exit(2)
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1)
+}
+
+fn run(s: Scale) -> (Vec<Row>, String) {
+    let mut rows = Vec::new();
+    eprintln!("round trip ...");
+    let device = device_call(s.latency_samples);
+    let handle = handle_call(s.latency_samples);
+    let ractor = ractor_call(s.latency_samples);
+    let tokio = tokio_mpsc_oneshot(s.latency_samples);
+    let floor = spin_floor(s.latency_samples);
+    rows.push(Row::new("round trip", device.clone(), ractor.clone(), "<= 0.2x ractor call", |_, _, r| r <= 0.2));
+    rows.push(Row::new("round trip", device.clone(), floor.clone(), "<= 2x the spinning floor", |_, _, r| r <= 2.0));
+    rows.push(Row::new("round trip", device.clone(), tokio.clone(), "(context)", |_, _, _| true));
+    rows.push(Row::new(
+        "round trip, supervised handle",
+        handle.clone(),
+        ractor.clone(),
+        "<= 0.2x ractor call",
+        |_, _, r| r <= 0.2,
+    ));
+    let svg = cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor]);
+
+    eprintln!("one-way throughput ...");
+    let one = device_one_way(1, s.throughput_messages, s.throughput_runs);
+    let two = device_one_way(2, s.throughput_messages, s.throughput_runs);
+    let cast1 = ractor_cast(1, s.throughput_messages, s.throughput_runs);
+    let cast2 = ractor_cast(2, s.throughput_messages, s.throughput_runs);
+    let chan = crossbeam_channel(s.throughput_messages, s.throughput_runs);
+    let fifteen_m = |v: &stats::Summary| v.median >= 15e6;
+    rows.push(Row::new(
+        "one-way, 64 B, 1 producer",
+        one.clone(),
+        cast1,
+        ">= 15 M/s and >= 2x ractor cast",
+        move |v, _, r| fifteen_m(v) && r >= 2.0,
+    ));
+    rows.push(Row::new("one-way, 64 B, 1 producer", one, chan, ">= 0.5x the crossbeam channel", |_, _, r| r >= 0.5));
+    rows.push(Row::new("one-way, 64 B, 2 producers", two, cast2, ">= 15 M/s and >= 2x ractor cast", move |v, _, r| {
+        fifteen_m(v) && r >= 2.0
+    }));
+
+    eprintln!("restart latency ...");
+    let gpu = restart_latency(true, s.restart_samples);
+    let host = restart_latency(false, s.restart_samples);
+    rows.push(Row::new("restart latency, one_for_one", gpu, host, "median <= 50 µs, p99 <= 500 µs", |v, _, _| {
+        v.median <= 50e3 && v.p99 <= 500e3
+    }));
+
+    eprintln!("group restart ...");
+    let group = group_restart(true, 1000, s.group_samples);
+    let group_host = group_restart(false, 1000, s.group_samples);
+    rows.push(Row::new("one_for_all over 1,000 children", group, group_host, "<= 5 ms", |v, _, _| v.median <= 5e6));
+
+    eprintln!("scale ...");
+    let (time, mem) = create_slots(s.scale_slots);
+    let (rtime, rmem) = spawn_ractor_actors(s.scale_slots);
+    rows.push(Row::new(&format!("create {} slots", s.scale_slots), time, rtime, "<= 1 s", |v, _, _| v.median <= 1e9));
+    rows.push(Row::new("memory per slot beyond rings", mem, rmem, "<= 1 KiB", |v, _, _| v.median <= 1024.0));
+
+    eprintln!("registry ...");
+    let (find, scan) = registry_lookup(s.latency_samples);
+    rows.push(Row::new(
+        "pattern lookup among 100,000 names (10 match)",
+        find,
+        scan,
+        "median <= 2 µs and >= 50x faster than the scan",
+        |v, _, r| v.median <= 2e3 && r <= 1.0 / 50.0,
+    ));
+    (rows, svg)
+}

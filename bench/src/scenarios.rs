@@ -1,0 +1,532 @@
+//! The scenarios: each measures ringvisor end to end through a running kernel (the CPU backend) and its
+//! baseline in the same process run.
+
+use std::hint::spin_loop;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ringvisor::device::{Device, DeviceConfig, DeviceError, Fault};
+use ringvisor::prelude::*;
+use ringvisor::supervisor::{ChildRef, Registry, StartContext, TreeEvent};
+use tokio::runtime::Runtime as Tokio;
+
+use crate::stats::{Summary, Unit};
+
+/// How much to measure.
+#[derive(Clone, Copy)]
+pub struct Scale {
+    pub latency_samples: usize,
+    pub throughput_messages: u64,
+    pub throughput_runs: usize,
+    pub restart_samples: usize,
+    pub group_samples: usize,
+    pub scale_slots: u32,
+}
+
+const T: Duration = Duration::from_secs(10);
+
+fn tokio() -> Tokio {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+fn elapsed_ns(t0: Instant) -> f64 {
+    t0.elapsed().as_nanos() as f64
+}
+
+// ---------- round trip ----------
+
+struct Echo;
+struct EchoMsg(u64, RpcReplyPort<u64>);
+
+impl Actor for Echo {
+    type Msg = EchoMsg;
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, _: ActorRef<EchoMsg>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+    async fn handle(
+        &self,
+        _: ActorRef<EchoMsg>,
+        EchoMsg(v, reply): EchoMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = reply.send(v);
+        Ok(())
+    }
+}
+
+/// ringvisor `Device::call` to an echo actor, 8-byte payload.
+pub fn device_call(n: usize) -> Summary {
+    let device = Device::open(DeviceConfig::default().slots(4)).expect("device");
+    device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    let payload = 7u64.to_le_bytes();
+    for _ in 0..n / 10 {
+        device.call(0, &payload, T).expect("warm-up call");
+    }
+    let samples = (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            device.call(0, &payload, T).expect("call");
+            elapsed_ns(t0)
+        })
+        .collect();
+    device.shutdown();
+    Summary::of("ringvisor Device::call", samples, Unit::Nanos)
+}
+
+/// ringvisor `GpuActorRef::call` (a supervised child, async) to an echo actor.
+pub fn handle_call(n: usize) -> Summary {
+    let rt = tokio();
+    rt.block_on(async {
+        let spec =
+            SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("e", GpuChild::new("echo")).name("b/e"));
+        let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
+        let e = r.gpu("b/e").expect("echo");
+        let payload = 7u64.to_le_bytes();
+        for _ in 0..n / 10 {
+            e.call(&payload, T).await.expect("warm-up");
+        }
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t0 = Instant::now();
+            e.call(&payload, T).await.expect("call");
+            samples.push(elapsed_ns(t0));
+        }
+        r.shutdown().await;
+        Summary::of("ringvisor GpuActorRef::call", samples, Unit::Nanos)
+    })
+}
+
+/// ractor `call` to an echo actor.
+pub fn ractor_call(n: usize) -> Summary {
+    let rt = tokio();
+    rt.block_on(async {
+        let (echo, _) = Actor::spawn(None, Echo, ()).await.expect("spawn");
+        for i in 0..n / 10 {
+            echo.call(|p| EchoMsg(i as u64, p), None).await.expect("warm-up");
+        }
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n {
+            let t0 = Instant::now();
+            echo.call(|p| EchoMsg(i as u64, p), None).await.expect("call");
+            samples.push(elapsed_ns(t0));
+        }
+        echo.stop(None);
+        Summary::of("ractor call", samples, Unit::Nanos)
+    })
+}
+
+/// tokio mpsc request + oneshot reply to a task.
+pub fn tokio_mpsc_oneshot(n: usize) -> Summary {
+    let rt = tokio();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, tokio::sync::oneshot::Sender<u64>)>(64);
+        tokio::spawn(async move {
+            while let Some((v, reply)) = rx.recv().await {
+                let _ = reply.send(v);
+            }
+        });
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..(n + n / 10) {
+            let (otx, orx) = tokio::sync::oneshot::channel();
+            let t0 = Instant::now();
+            tx.send((i as u64, otx)).await.expect("send");
+            orx.await.expect("reply");
+            if i >= n / 10 {
+                samples.push(elapsed_ns(t0));
+            }
+        }
+        Summary::of("tokio mpsc + oneshot", samples, Unit::Nanos)
+    })
+}
+
+/// The floor: two threads spinning on one atomic (ping-pong).
+pub fn spin_floor(n: usize) -> Summary {
+    let cell = Arc::new(AtomicU64::new(0));
+    let peer = cell.clone();
+    let rounds = (n + n / 10) as u64;
+    let echo = std::thread::spawn(move || {
+        for i in 0..rounds {
+            while peer.load(Ordering::Acquire) != 2 * i + 1 {
+                spin_loop();
+            }
+            peer.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..rounds {
+        let t0 = Instant::now();
+        cell.store(2 * i + 1, Ordering::Release);
+        while cell.load(Ordering::Acquire) != 2 * i + 2 {
+            spin_loop();
+        }
+        if i >= (n / 10) as u64 {
+            samples.push(elapsed_ns(t0));
+        }
+    }
+    echo.join().expect("spinner");
+    Summary::of("two threads spinning on an atomic", samples, Unit::Nanos)
+}
+
+// ---------- one-way throughput ----------
+
+const PAYLOAD: [u8; 64] = [1; 64];
+
+/// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors until `messages` are
+/// processed; one sample per run, in messages per second.
+pub fn device_one_way(producers: u32, messages: u64, runs: usize) -> Summary {
+    const SLOTS: u32 = 64;
+    let device =
+        Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(4096).state_bytes(64)).expect("device");
+    for s in 0..SLOTS {
+        device.create(s, "counter", &[]).expect("create").wait_blocking(T).expect("created");
+    }
+    let processed = |d: &Device| (0..SLOTS).map(|s| d.snapshot(s).expect("snapshot").messages_processed).sum::<u64>();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let base = processed(&device);
+        let t0 = Instant::now();
+        let threads: Vec<_> = (0..producers)
+            .map(|p| {
+                let device = device.clone();
+                std::thread::spawn(move || {
+                    let mine: Vec<u32> = (0..SLOTS).filter(|s| s % producers == p).collect();
+                    let count = messages / u64::from(producers);
+                    for i in 0..count {
+                        let slot = mine[(i as usize) % mine.len()];
+                        loop {
+                            match device.send(slot, &PAYLOAD) {
+                                Ok(_) => break,
+                                Err(DeviceError::InboxFull { .. }) => spin_loop(),
+                                Err(e) => panic!("send: {e}"),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("producer");
+        }
+        let total = messages / u64::from(producers) * u64::from(producers);
+        while processed(&device) - base < total {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        samples.push(total as f64 / t0.elapsed().as_secs_f64());
+    }
+    device.shutdown();
+    Summary::of(&format!("ringvisor send, {producers} producer(s)"), samples, Unit::PerSecond)
+}
+
+struct Count;
+enum CountMsg {
+    Add([u8; 64]),
+    Get(RpcReplyPort<u64>),
+}
+
+impl Actor for Count {
+    type Msg = CountMsg;
+    type State = u64;
+    type Arguments = ();
+    async fn pre_start(&self, _: ActorRef<CountMsg>, _: ()) -> Result<u64, ActorProcessingErr> {
+        Ok(0)
+    }
+    async fn handle(&self, _: ActorRef<CountMsg>, msg: CountMsg, n: &mut u64) -> Result<(), ActorProcessingErr> {
+        match msg {
+            CountMsg::Add(p) => *n += u64::from(p[0]),
+            CountMsg::Get(reply) => {
+                let _ = reply.send(*n);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// ractor `cast` of 64-byte messages into counting actors, from `producers` threads.
+pub fn ractor_cast(producers: u32, messages: u64, runs: usize) -> Summary {
+    let rt = tokio();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let actors: Vec<ActorRef<CountMsg>> =
+            rt.block_on(async { futures_all((0..producers).map(|_| Actor::spawn(None, Count, ()))).await });
+        let t0 = Instant::now();
+        let threads: Vec<_> = actors
+            .iter()
+            .cloned()
+            .map(|a| {
+                std::thread::spawn(move || {
+                    for _ in 0..messages / u64::from(producers) {
+                        a.cast(CountMsg::Add(PAYLOAD)).expect("cast");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("producer");
+        }
+        let total = messages / u64::from(producers) * u64::from(producers);
+        rt.block_on(async {
+            let mut seen = 0;
+            for a in &actors {
+                seen += a.call(CountMsg::Get, None).await.expect("get").unwrap();
+            }
+            assert_eq!(seen, total, "every cast counted");
+        });
+        samples.push(total as f64 / t0.elapsed().as_secs_f64());
+        for a in actors {
+            a.stop(None);
+        }
+    }
+    Summary::of(&format!("ractor cast, {producers} producer(s)"), samples, Unit::PerSecond)
+}
+
+async fn futures_all<F, T>(futs: impl Iterator<Item = F>) -> Vec<ActorRef<T>>
+where
+    F: std::future::Future<Output = Result<(ActorRef<T>, tokio::task::JoinHandle<()>), ractor::SpawnErr>>,
+    T: ractor::Message,
+{
+    let mut out = Vec::new();
+    for f in futs {
+        out.push(f.await.expect("spawn").0);
+    }
+    out
+}
+
+/// A crossbeam bounded channel (capacity 4,096) from one thread to another: the ceiling of a bare ring.
+pub fn crossbeam_channel(messages: u64, runs: usize) -> Summary {
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (tx, rx) = crossbeam::channel::bounded::<[u8; 64]>(4096);
+        let t0 = Instant::now();
+        let consumer = std::thread::spawn(move || {
+            let mut sum = 0u64;
+            while let Ok(p) = rx.recv() {
+                sum += u64::from(p[0]);
+            }
+            sum
+        });
+        for _ in 0..messages {
+            tx.send(PAYLOAD).expect("send");
+        }
+        drop(tx);
+        assert_eq!(consumer.join().expect("consumer"), messages);
+        samples.push(messages as f64 / t0.elapsed().as_secs_f64());
+    }
+    Summary::of("crossbeam bounded channel, 1 producer", samples, Unit::PerSecond)
+}
+
+// ---------- restarts ----------
+
+struct Crashy;
+impl Actor for Crashy {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, _: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+    async fn handle(&self, _: ActorRef<()>, _: (), _: &mut ()) -> Result<(), ActorProcessingErr> {
+        Err("crash".into())
+    }
+}
+
+fn crashy(id: &str) -> ChildSpec {
+    ChildSpec::actor(id, |ctx: StartContext| async move { ctx.spawn_linked(Crashy, ()).await })
+}
+
+async fn crash_host(child: &ChildRef) {
+    let actor: ActorRef<()> = child.actor().expect("running").into();
+    actor.cast(()).expect("cast");
+}
+
+async fn wait_starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent>, n: usize) {
+    let mut seen = 0;
+    while seen < n {
+        if let TreeEvent::ChildStarted { .. } =
+            tokio::time::timeout(T, events.recv()).await.expect("restart").expect("events")
+        {
+            seen += 1;
+        }
+    }
+}
+
+/// Injected crash to Active again under one_for_one: a GPU child, and (gpu = false) a plain ractor child.
+pub fn restart_latency(gpu: bool, n: usize) -> Summary {
+    let rt = tokio();
+    rt.block_on(async {
+        let child =
+            if gpu { ChildSpec::gpu("c", GpuChild::new("counter")).name("b/c") } else { crashy("c").name("b/c") };
+        let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child);
+        let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
+        let handle = r.registry().lookup("b/c").expect("child");
+        let mut events = r.services().events().subscribe();
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..(n + n / 10) {
+            let t0 = Instant::now();
+            match handle.gpu() {
+                Some(g) => {
+                    r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
+                    g.send(&1i64.to_le_bytes()).expect("send");
+                }
+                None => crash_host(&handle).await,
+            }
+            wait_starts(&mut events, 1).await;
+            samples.push(elapsed_ns(t0));
+        }
+        r.shutdown().await;
+        samples.drain(..n / 10);
+        Summary::of(if gpu { "ringvisor GPU child" } else { "ractor child (same supervisor)" }, samples, Unit::Nanos)
+    })
+}
+
+/// one_for_all over `children` children: one crashes; time until all are started again.
+pub fn group_restart(gpu: bool, children: u32, n: usize) -> Summary {
+    let rt = tokio();
+    rt.block_on(async {
+        let mut spec = SupervisorSpec::new(Strategy::OneForAll).intensity(u32::MAX, Duration::from_secs(1));
+        for i in 0..children {
+            let id = format!("c{i}");
+            spec = spec.child(
+                if gpu { ChildSpec::gpu(&id, GpuChild::new("counter")) } else { crashy(&id) }.name(format!("b/{id}")),
+            );
+        }
+        let config = DeviceConfig::default()
+            .slots((children + 8).next_power_of_two())
+            .inbox_capacity(16)
+            .outbox_capacity(16)
+            .state_bytes(64);
+        let r = ringvisor::Runtime::start(config, spec).await.expect("runtime");
+        let mut events = r.services().events().subscribe();
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let victim = r.registry().lookup("b/c0").expect("child");
+            let t0 = Instant::now();
+            match victim.gpu() {
+                Some(g) => {
+                    r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
+                    g.send(&1i64.to_le_bytes()).expect("send");
+                }
+                None => crash_host(&victim).await,
+            }
+            wait_starts(&mut events, children as usize).await;
+            samples.push(elapsed_ns(t0));
+        }
+        r.shutdown().await;
+        Summary::of(
+            if gpu { "ringvisor GPU children" } else { "ractor children (same supervisor)" },
+            samples,
+            Unit::Nanos,
+        )
+    })
+}
+
+// ---------- scale ----------
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+/// Creating `slots` GPU actors (device open + one Create per slot through block 0): time, and resident
+/// memory per slot beyond the device regions (rings, control blocks, state).
+pub fn create_slots(slots: u32) -> (Summary, Summary) {
+    let before = rss_bytes();
+    let t0 = Instant::now();
+    let config =
+        DeviceConfig::default().slots(slots).inbox_capacity(4).outbox_capacity(4).k2k_capacity(2).state_bytes(64);
+    let device = Device::open(config).expect("device");
+    let mut pending = Vec::with_capacity(slots as usize);
+    for s in 0..slots {
+        pending.push(device.create(s, "counter", &[]).expect("create"));
+    }
+    for p in pending {
+        p.wait_blocking(T).expect("created");
+    }
+    let time = elapsed_ns(t0);
+    let (shared, local) = device.region_bytes();
+    let beyond = (rss_bytes().saturating_sub(before)).saturating_sub(shared + local) as f64 / f64::from(slots);
+    device.shutdown();
+    (
+        Summary::of(&format!("ringvisor, {slots} slots created"), vec![time], Unit::Nanos),
+        Summary::of("ringvisor, memory per slot beyond regions", vec![beyond], Unit::Bytes),
+    )
+}
+
+/// Spawning `n` idle ractor actors: time and resident memory per actor.
+pub fn spawn_ractor_actors(n: u32) -> (Summary, Summary) {
+    let rt = tokio();
+    let before = rss_bytes();
+    let t0 = Instant::now();
+    let actors = rt.block_on(async {
+        let mut v = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            v.push(Actor::spawn(None, Echo, ()).await.expect("spawn").0);
+        }
+        v
+    });
+    let time = elapsed_ns(t0);
+    let per = rss_bytes().saturating_sub(before) as f64 / f64::from(n);
+    for a in &actors {
+        a.stop(None);
+    }
+    (
+        Summary::of(&format!("ractor, {n} actors spawned"), vec![time], Unit::Nanos),
+        Summary::of("ractor, memory per actor", vec![per], Unit::Bytes),
+    )
+}
+
+// ---------- registry ----------
+
+fn glob_segment(pattern: &str, seg: &str) -> bool {
+    pattern == "*" || (pattern.len() == seg.len() && pattern.chars().zip(seg.chars()).all(|(p, c)| p == '?' || p == c))
+}
+
+/// Pattern lookup among 100,000 names (10 match) with the registry, and with a linear scan of the names.
+pub fn registry_lookup(n: usize) -> (Summary, Summary) {
+    let rt = tokio();
+    let registry = Registry::new();
+    let cell = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0.get_cell() });
+    let mut names = Vec::with_capacity(100_000);
+    for g in 0..100 {
+        for s in 0..1000 {
+            let name = format!("fleet/g{g}/s{s}");
+            registry.bind(&name, ChildRef::unsupervised(name.clone(), cell.clone())).expect("bind");
+            names.push(name);
+        }
+    }
+    let pattern = "fleet/g42/s1?";
+    assert_eq!(registry.find(pattern).expect("find").len(), 10);
+    let found: Vec<Summary> = ["registry pattern lookup", "linear scan"]
+        .iter()
+        .enumerate()
+        .map(|(which, name)| {
+            let count = if which == 0 { n } else { (n / 50).max(50) };
+            let samples = (0..count)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    let hits = if which == 0 {
+                        registry.find(pattern).expect("find").len()
+                    } else {
+                        let pat: Vec<&str> = pattern.split('/').collect();
+                        names
+                            .iter()
+                            .filter(|name| {
+                                let segs: Vec<&str> = name.split('/').collect();
+                                segs.len() == pat.len() && segs.iter().zip(&pat).all(|(s, p)| glob_segment(p, s))
+                            })
+                            .count()
+                    };
+                    assert_eq!(hits, 10);
+                    elapsed_ns(t0)
+                })
+                .collect();
+            Summary::of(name, samples, Unit::Nanos)
+        })
+        .collect();
+    let mut it = found.into_iter();
+    (it.next().unwrap(), it.next().unwrap())
+}
