@@ -4,8 +4,12 @@
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR]`
 
+mod heap;
 mod scenarios;
 mod stats;
+
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 use std::path::PathBuf;
 
@@ -67,11 +71,9 @@ fn fail(msg: &str) -> ! {
 fn run(s: Scale) -> (Vec<Row>, String) {
     let mut rows = Vec::new();
     eprintln!("round trip ...");
-    let device = device_call(s.latency_samples);
-    let handle = handle_call(s.latency_samples);
-    let ractor = ractor_call(s.latency_samples);
-    let tokio = tokio_mpsc_oneshot(s.latency_samples);
-    let floor = spin_floor(s.latency_samples);
+    let mut rt = round_trip(s.latency_samples).into_iter();
+    let (device, handle, ractor, tokio, floor) =
+        (rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap());
     rows.push(Row::new("round trip", device.clone(), ractor.clone(), "<= 0.2x ractor call", |_, _, r| r <= 0.2));
     rows.push(Row::new("round trip", device.clone(), floor.clone(), "<= 2x the spinning floor", |_, _, r| r <= 2.0));
     rows.push(Row::new("round trip", device.clone(), tokio.clone(), "(context)", |_, _, _| true));

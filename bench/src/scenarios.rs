@@ -58,96 +58,97 @@ impl Actor for Echo {
     }
 }
 
-/// ringvisor `Device::call` to an echo actor, 8-byte payload.
-pub fn device_call(n: usize) -> Summary {
+/// The request-reply round trip of ringvisor (`Device::call`, and a supervised `GpuActorRef::call`) and its
+/// baselines (ractor `call`, tokio mpsc + oneshot, two threads spinning on an atomic). All five systems are
+/// up at once and measured in interleaved rounds (rotating order), so drift in the machine's load hits them
+/// alike; idle ones park.
+pub fn round_trip(n: usize) -> Vec<Summary> {
+    const ROUNDS: usize = 20;
+    let rt = tokio();
     let device = Device::open(DeviceConfig::default().slots(4)).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     let payload = 7u64.to_le_bytes();
-    for _ in 0..n / 10 {
-        device.call(0, &payload, T).expect("warm-up call");
-    }
-    let samples = (0..n)
-        .map(|_| {
-            let t0 = Instant::now();
-            device.call(0, &payload, T).expect("call");
-            elapsed_ns(t0)
-        })
-        .collect();
-    device.shutdown();
-    Summary::of("ringvisor Device::call", samples, Unit::Nanos)
-}
-
-/// ringvisor `GpuActorRef::call` (a supervised child, async) to an echo actor.
-pub fn handle_call(n: usize) -> Summary {
-    let rt = tokio();
-    rt.block_on(async {
-        let spec =
-            SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("e", GpuChild::new("echo")).name("b/e"));
+    let (runtime, handle) = rt.block_on(async {
+        let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("e", GpuChild::new("echo")).name("b/e"));
         let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
-        let e = r.gpu("b/e").expect("echo");
-        let payload = 7u64.to_le_bytes();
-        for _ in 0..n / 10 {
-            e.call(&payload, T).await.expect("warm-up");
+        let h = r.gpu("b/e").expect("echo");
+        (r, h)
+    });
+    let echo = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0 });
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, tokio::sync::oneshot::Sender<u64>)>(64);
+    rt.spawn(async move {
+        while let Some((v, reply)) = rx.recv().await {
+            let _ = reply.send(v);
         }
-        let mut samples = Vec::with_capacity(n);
-        for _ in 0..n {
-            let t0 = Instant::now();
-            e.call(&payload, T).await.expect("call");
-            samples.push(elapsed_ns(t0));
-        }
-        r.shutdown().await;
-        Summary::of("ringvisor GpuActorRef::call", samples, Unit::Nanos)
-    })
-}
-
-/// ractor `call` to an echo actor.
-pub fn ractor_call(n: usize) -> Summary {
-    let rt = tokio();
-    rt.block_on(async {
-        let (echo, _) = Actor::spawn(None, Echo, ()).await.expect("spawn");
-        for i in 0..n / 10 {
-            echo.call(|p| EchoMsg(i as u64, p), None).await.expect("warm-up");
-        }
-        let mut samples = Vec::with_capacity(n);
-        for i in 0..n {
-            let t0 = Instant::now();
-            echo.call(|p| EchoMsg(i as u64, p), None).await.expect("call");
-            samples.push(elapsed_ns(t0));
-        }
-        echo.stop(None);
-        Summary::of("ractor call", samples, Unit::Nanos)
-    })
-}
-
-/// tokio mpsc request + oneshot reply to a task.
-pub fn tokio_mpsc_oneshot(n: usize) -> Summary {
-    let rt = tokio();
-    rt.block_on(async {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, tokio::sync::oneshot::Sender<u64>)>(64);
-        tokio::spawn(async move {
-            while let Some((v, reply)) = rx.recv().await {
-                let _ = reply.send(v);
+    });
+    let names = [
+        "ringvisor Device::call",
+        "ringvisor GpuActorRef::call",
+        "ractor call",
+        "tokio mpsc + oneshot",
+        "two threads spinning on an atomic",
+    ];
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(n); names.len()];
+    let per_round = (n / ROUNDS).max(1);
+    for round in 0..=ROUNDS {
+        for k in 0..names.len() {
+            let which = (k + round) % names.len();
+            let block: Vec<f64> = match which {
+                0 => (0..per_round)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        device.call(0, &payload, T).expect("call");
+                        elapsed_ns(t0)
+                    })
+                    .collect(),
+                1 => rt.block_on(async {
+                    let mut v = Vec::with_capacity(per_round);
+                    for _ in 0..per_round {
+                        let t0 = Instant::now();
+                        handle.call(&payload, T).await.expect("call");
+                        v.push(elapsed_ns(t0));
+                    }
+                    v
+                }),
+                2 => rt.block_on(async {
+                    let mut v = Vec::with_capacity(per_round);
+                    for i in 0..per_round {
+                        let t0 = Instant::now();
+                        echo.call(|p| EchoMsg(i as u64, p), None).await.expect("call");
+                        v.push(elapsed_ns(t0));
+                    }
+                    v
+                }),
+                3 => rt.block_on(async {
+                    let mut v = Vec::with_capacity(per_round);
+                    for i in 0..per_round {
+                        let (otx, orx) = tokio::sync::oneshot::channel();
+                        let t0 = Instant::now();
+                        tx.send((i as u64, otx)).await.expect("send");
+                        orx.await.expect("reply");
+                        v.push(elapsed_ns(t0));
+                    }
+                    v
+                }),
+                _ => spin_block(per_round),
+            };
+            // Round 0 warms every system up and is not kept.
+            if round > 0 {
+                samples[which].extend(block);
             }
-        });
-        let mut samples = Vec::with_capacity(n);
-        for i in 0..(n + n / 10) {
-            let (otx, orx) = tokio::sync::oneshot::channel();
-            let t0 = Instant::now();
-            tx.send((i as u64, otx)).await.expect("send");
-            orx.await.expect("reply");
-            if i >= n / 10 {
-                samples.push(elapsed_ns(t0));
-            }
         }
-        Summary::of("tokio mpsc + oneshot", samples, Unit::Nanos)
-    })
+    }
+    echo.stop(None);
+    rt.block_on(runtime.shutdown());
+    device.shutdown();
+    names.iter().zip(samples).map(|(name, s)| Summary::of(name, s, Unit::Nanos)).collect()
 }
 
-/// The floor: two threads spinning on one atomic (ping-pong).
-pub fn spin_floor(n: usize) -> Summary {
+/// `n` ping-pong round trips between this thread and a spinning peer.
+fn spin_block(n: usize) -> Vec<f64> {
     let cell = Arc::new(AtomicU64::new(0));
     let peer = cell.clone();
-    let rounds = (n + n / 10) as u64;
+    let rounds = n as u64;
     let echo = std::thread::spawn(move || {
         for i in 0..rounds {
             while peer.load(Ordering::Acquire) != 2 * i + 1 {
@@ -163,12 +164,10 @@ pub fn spin_floor(n: usize) -> Summary {
         while cell.load(Ordering::Acquire) != 2 * i + 2 {
             spin_loop();
         }
-        if i >= (n / 10) as u64 {
-            samples.push(elapsed_ns(t0));
-        }
+        samples.push(elapsed_ns(t0));
     }
     echo.join().expect("spinner");
-    Summary::of("two threads spinning on an atomic", samples, Unit::Nanos)
+    samples
 }
 
 // ---------- one-way throughput ----------
@@ -425,16 +424,10 @@ pub fn group_restart(gpu: bool, children: u32, n: usize) -> Summary {
 
 // ---------- scale ----------
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-    pages * 4096
-}
-
-/// Creating `slots` GPU actors (device open + one Create per slot through block 0): time, and resident
-/// memory per slot beyond the device regions (rings, control blocks, state).
+/// Creating `slots` GPU actors (device open + one Create per slot through block 0): time, and heap memory
+/// per slot beyond the device regions (rings, control blocks, state): the host-side bookkeeping.
 pub fn create_slots(slots: u32) -> (Summary, Summary) {
-    let before = rss_bytes();
+    let before = crate::heap::live_bytes();
     let t0 = Instant::now();
     let config =
         DeviceConfig::default().slots(slots).inbox_capacity(4).outbox_capacity(4).k2k_capacity(2).state_bytes(64);
@@ -448,7 +441,7 @@ pub fn create_slots(slots: u32) -> (Summary, Summary) {
     }
     let time = elapsed_ns(t0);
     let (shared, local) = device.region_bytes();
-    let beyond = (rss_bytes().saturating_sub(before)).saturating_sub(shared + local) as f64 / f64::from(slots);
+    let beyond = (crate::heap::live_bytes() - before - (shared + local) as i64) as f64 / f64::from(slots);
     device.shutdown();
     (
         Summary::of(&format!("ringvisor, {slots} slots created"), vec![time], Unit::Nanos),
@@ -456,10 +449,10 @@ pub fn create_slots(slots: u32) -> (Summary, Summary) {
     )
 }
 
-/// Spawning `n` idle ractor actors: time and resident memory per actor.
+/// Spawning `n` idle ractor actors: time and heap memory per actor.
 pub fn spawn_ractor_actors(n: u32) -> (Summary, Summary) {
     let rt = tokio();
-    let before = rss_bytes();
+    let before = crate::heap::live_bytes();
     let t0 = Instant::now();
     let actors = rt.block_on(async {
         let mut v = Vec::with_capacity(n as usize);
@@ -469,7 +462,7 @@ pub fn spawn_ractor_actors(n: u32) -> (Summary, Summary) {
         v
     });
     let time = elapsed_ns(t0);
-    let per = rss_bytes().saturating_sub(before) as f64 / f64::from(n);
+    let per = (crate::heap::live_bytes() - before) as f64 / f64::from(n);
     for a in &actors {
         a.stop(None);
     }

@@ -306,6 +306,9 @@ pub(crate) struct DeviceInner {
     replies: Stream<Reply>,
     subscribers: Mutex<Vec<Subscriber>>,
     poller_parker: Arc<backend::cpu::Parker>,
+    /// The poller's read positions. The poller thread holds the lock while it polls; a thread waiting for
+    /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
+    poll: Mutex<PollState>,
     closed: AtomicBool,
     counters: Counters,
 }
@@ -377,6 +380,11 @@ impl Device {
             replies: Stream::new(),
             subscribers: Mutex::new(Vec::new()),
             poller_parker,
+            poll: Mutex::new(PollState {
+                sweep: Vec::new(),
+                outbox_heads: vec![0; config.slots as usize],
+                event_head: 0,
+            }),
             closed: AtomicBool::new(false),
             counters: Counters::default(),
         });
@@ -623,8 +631,10 @@ impl Device {
     pub fn call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = self.start_call(slot, payload, deadline)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let out = waiter.wait_blocking(left);
+        let out = match self.assist_until_answered(&waiter, deadline) {
+            Some(out) => Some(out),
+            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
+        };
         self.finish_call(correlation, out)
     }
 
@@ -639,9 +649,27 @@ impl Device {
                 other => break other?,
             }
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let out = waiter.wait(left).await;
+        let out = match self.assist_until_answered(&waiter, deadline) {
+            Some(out) => Some(out),
+            None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
+        };
         self.finish_call(correlation, out)
+    }
+
+    /// Polls the device in the poller's place for a short while (a reply through a running kernel usually
+    /// comes within it), so the answer does not wait for the poller thread to wake.
+    fn assist_until_answered(&self, waiter: &CallWaiter, deadline: Instant) -> Option<Result<Reply, DeviceError>> {
+        let until = (Instant::now() + ASSIST_SPIN).min(deadline);
+        loop {
+            if let Some(out) = waiter.try_take() {
+                return Some(out);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            self.inner.poll_assist();
+            std::hint::spin_loop();
+        }
     }
 
     fn start_call(&self, slot: u32, payload: &[u8], deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
@@ -857,6 +885,14 @@ impl DeviceInner {
         tracing::info!("device shut down");
     }
 
+    /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
+    fn poll_assist(&self) {
+        if let Ok(mut st) = self.poll.try_lock() {
+            let st = &mut *st;
+            self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        }
+    }
+
     /// Reads events and outboxes once. Returns true if it found anything.
     fn poll_once(&self, sweep: &mut Vec<u32>, outbox_heads: &mut [u32], event_head: &mut u32) -> bool {
         let mut work = false;
@@ -1058,15 +1094,23 @@ impl Drop for DeviceInner {
     }
 }
 
+/// Where the host has read the event ring and each outbox up to.
+struct PollState {
+    sweep: Vec<u32>,
+    outbox_heads: Vec<u32>,
+    event_head: u32,
+}
+
+/// How long a thread waiting for a reply polls the device itself before it sleeps.
+const ASSIST_SPIN: Duration = Duration::from_micros(50);
+
 /// The poller thread: reads events and outboxes until the device is dropped or shut down.
 fn poller(device: Weak<DeviceInner>) {
     let mut backoff = backend::cpu::Backoff::new(256, Duration::from_millis(2));
-    let mut sweep = Vec::new();
-    let (mut outbox_heads, parker) = match device.upgrade() {
-        Some(d) => (vec![0u32; d.grid.slot_count() as usize], d.poller_parker.clone()),
+    let parker = match device.upgrade() {
+        Some(d) => d.poller_parker.clone(),
         None => return,
     };
-    let mut event_head = 0u32;
     loop {
         let seen = parker.epoch();
         let work = {
@@ -1074,7 +1118,9 @@ fn poller(device: Weak<DeviceInner>) {
             if d.closed.load(Ordering::Acquire) {
                 return;
             }
-            d.poll_once(&mut sweep, &mut outbox_heads, &mut event_head)
+            let mut st = lock(&d.poll);
+            let st = &mut *st;
+            d.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head)
         };
         if work {
             backoff.reset();

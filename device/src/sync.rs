@@ -31,6 +31,11 @@ impl<T> Completion<T> {
         self.notify.notify_one();
     }
 
+    /// Takes the value if it has been delivered.
+    pub(crate) fn try_take(&self) -> Option<T> {
+        lock(&self.value).take()
+    }
+
     pub(crate) fn wait_blocking(&self, timeout: Duration) -> Option<T> {
         let deadline = Instant::now() + timeout;
         let mut guard = lock(&self.value);

@@ -4,7 +4,7 @@
 //! Exact lookups go through a concurrent map; pattern lookups walk a trie of segments, so a pattern with a
 //! literal prefix visits only that subtree, not every name.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
@@ -128,7 +128,8 @@ fn glob_matches(glob: &[Option<char>], seg: &str) -> bool {
 
 #[derive(Default)]
 struct Node {
-    children: HashMap<String, Node>,
+    /// Ordered, so a segment glob with a literal prefix (`s1?`) scans only the names with that prefix.
+    children: BTreeMap<String, Node>,
     /// A name ends here.
     terminal: bool,
 }
@@ -183,7 +184,9 @@ impl Node {
                 }
             }
             Seg::Glob(glob) => {
-                for (name, child) in &self.children {
+                let prefix: String = glob.iter().map_while(|c| *c).collect();
+                let candidates = self.children.range(prefix.clone()..).take_while(|(name, _)| name.starts_with(&prefix));
+                for (name, child) in candidates {
                     if glob_matches(glob, name) {
                         descend(name, child, rest, path, out, visits);
                     }
