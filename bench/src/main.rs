@@ -87,23 +87,27 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let svg = cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor]);
 
     eprintln!("one-way throughput ...");
-    let one = device_one_way(1, s.throughput_messages, s.throughput_runs);
-    let two = device_one_way(2, s.throughput_messages, s.throughput_runs);
+    let one = device_one_way(1, s.throughput_messages, s.throughput_runs, 1);
+    let two = device_one_way(2, s.throughput_messages, s.throughput_runs, 1);
+    let one_b = device_one_way(1, s.throughput_messages, s.throughput_runs, 32);
+    let two_b = device_one_way(2, s.throughput_messages, s.throughput_runs, 32);
     let cast1 = ractor_cast(1, s.throughput_messages, s.throughput_runs);
     let cast2 = ractor_cast(2, s.throughput_messages, s.throughput_runs);
     let chan = crossbeam_channel(s.throughput_messages, s.throughput_runs);
     let fifteen_m = |v: &stats::Summary| v.median >= 15e6;
-    rows.push(Row::new(
-        "one-way, 64 B, 1 producer",
-        one.clone(),
-        cast1,
-        ">= 15 M/s and >= 2x ractor cast",
-        move |v, _, r| fifteen_m(v) && r >= 2.0,
-    ));
-    rows.push(Row::new("one-way, 64 B, 1 producer", one, chan, ">= 0.5x the crossbeam channel", |_, _, r| r >= 0.5));
-    rows.push(Row::new("one-way, 64 B, 2 producers", two, cast2, ">= 15 M/s and >= 2x ractor cast", move |v, _, r| {
-        fifteen_m(v) && r >= 2.0
-    }));
+    let vs_cast = ">= 15 M/s and >= 2x ractor cast";
+    let vs_chan = ">= 0.5x the crossbeam channel";
+    for (scenario, ringvisor, cast) in [
+        ("one-way, 64 B, 1 producer", &one, &cast1),
+        ("one-way, 64 B, 2 producers", &two, &cast2),
+        ("one-way, 64 B, 1 producer, batches of 32", &one_b, &cast1),
+        ("one-way, 64 B, 2 producers, batches of 32", &two_b, &cast2),
+    ] {
+        rows.push(Row::new(scenario, ringvisor.clone(), cast.clone(), vs_cast, move |v, _, r| fifteen_m(v) && r >= 2.0));
+        if scenario.contains("1 producer") {
+            rows.push(Row::new(scenario, ringvisor.clone(), chan.clone(), vs_chan, |_, _, r| r >= 0.5));
+        }
+    }
 
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, s.restart_samples);

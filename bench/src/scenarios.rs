@@ -174,9 +174,10 @@ fn spin_block(n: usize) -> Vec<f64> {
 
 const PAYLOAD: [u8; 64] = [1; 64];
 
-/// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors until `messages` are
-/// processed; one sample per run, in messages per second.
-pub fn device_one_way(producers: u32, messages: u64, runs: usize) -> Summary {
+/// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors (`Device::send`, or
+/// `Device::send_batch` with `batch` > 1) until `messages` are processed; one sample per run, in messages
+/// per second.
+pub fn device_one_way(producers: u32, messages: u64, runs: usize, batch: usize) -> Summary {
     const SLOTS: u32 = 64;
     let device =
         Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(4096).state_bytes(64)).expect("device");
@@ -194,14 +195,20 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize) -> Summary {
                 std::thread::spawn(move || {
                     let mine: Vec<u32> = (0..SLOTS).filter(|s| s % producers == p).collect();
                     let count = messages / u64::from(producers);
-                    for i in 0..count {
-                        let slot = mine[(i as usize) % mine.len()];
-                        loop {
-                            match device.send(slot, &PAYLOAD) {
-                                Ok(_) => break,
-                                Err(DeviceError::InboxFull { .. }) => spin_loop(),
-                                Err(e) => panic!("send: {e}"),
-                            }
+                    let chunk = vec![PAYLOAD; batch];
+                    let mut i = 0u64;
+                    while i < count {
+                        let slot = mine[(i as usize / batch) % mine.len()];
+                        let want = batch.min((count - i) as usize);
+                        let sent = if batch == 1 {
+                            device.send(slot, &PAYLOAD).map(|_| 1)
+                        } else {
+                            device.send_batch(slot, &chunk[..want])
+                        };
+                        match sent {
+                            Ok(n) => i += n as u64,
+                            Err(DeviceError::InboxFull { .. }) => spin_loop(),
+                            Err(e) => panic!("send: {e}"),
                         }
                     }
                 })
@@ -217,7 +224,8 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize) -> Summary {
         samples.push(total as f64 / t0.elapsed().as_secs_f64());
     }
     device.shutdown();
-    Summary::of(&format!("ringvisor send, {producers} producer(s)"), samples, Unit::PerSecond)
+    let how = if batch == 1 { "send".to_string() } else { format!("send_batch({batch})") };
+    Summary::of(&format!("ringvisor {how}, {producers} producer(s)"), samples, Unit::PerSecond)
 }
 
 struct Count;

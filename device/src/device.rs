@@ -615,6 +615,46 @@ impl Device {
         self.write_message(slot, payload, false, None)
     }
 
+    /// Sends one-way messages to `slot` in one go: one lock, one tail publication and one wake-up for the
+    /// whole batch (what a stream producer wants). Writes as many as fit in the inbox now, in order, and
+    /// returns how many ([`DeviceError::InboxFull`] if none fits). A payload too large fails the call
+    /// before anything is written.
+    pub fn send_batch<P: AsRef<[u8]>>(&self, slot: u32, payloads: &[P]) -> Result<usize, DeviceError> {
+        self.check_open()?;
+        self.check_slot(slot)?;
+        for p in payloads {
+            check_payload(p.as_ref())?;
+        }
+        if payloads.is_empty() {
+            return Ok(0);
+        }
+        let inner = &self.inner;
+        let capacity = inner.grid.config().inbox_capacity;
+        let mut host = lock(&inner.slots[slot as usize]);
+        if !host.accepting {
+            return Err(DeviceError::NotAccepting { slot, state: host.state });
+        }
+        let floor = host.pending.as_ref().and_then(|p| p.floor).unwrap_or_else(|| inner.grid.inbox_head(slot));
+        let room = capacity.saturating_sub(host.tail.wrapping_sub(floor)) as usize;
+        let n = room.min(payloads.len());
+        if n == 0 {
+            return Err(DeviceError::InboxFull { slot });
+        }
+        let first = inner.next_correlation.fetch_add(n as u64, Ordering::Relaxed);
+        let hlc = host_hlc();
+        for (i, p) in payloads[..n].iter().enumerate() {
+            let mut raw = Envelope::to_actor(slot, first + i as u64, p.as_ref(), false)?.to_raw();
+            raw.hlc = hlc;
+            inner.grid.write_inbox(slot, host.tail, &raw);
+            host.tail = host.tail.wrapping_add(1);
+        }
+        inner.grid.publish_inbox_tail(slot, host.tail);
+        drop(host);
+        inner.counters.sent.fetch_add(n as u64, Ordering::Relaxed);
+        inner.executor.wake();
+        Ok(n)
+    }
+
     /// Sends a one-way message, waiting up to `timeout` for room in the inbox.
     pub fn send_timeout(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<u64, DeviceError> {
         self.write_message(slot, payload, false, Some(Instant::now() + timeout))
