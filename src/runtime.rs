@@ -17,9 +17,6 @@ pub enum RuntimeError {
     /// The spec file is invalid (every problem, with its path).
     #[error("invalid spec:\n{0}")]
     Spec(#[from] SpecErrors),
-    /// A host thread could not be started.
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
     /// The root supervisor did not start.
     #[error("supervisor: {0}")]
     Supervisor(#[from] SupervisorError),
@@ -54,13 +51,7 @@ impl RuntimeBuilder {
     /// Opens the device and starts `spec` as the root supervisor on it.
     pub async fn start(self, spec: SupervisorSpec) -> Result<Runtime, RuntimeError> {
         let device = Device::open(self.device)?;
-        let services = match Services::with_device_and_dead_letters(device.clone(), self.dead_letters) {
-            Ok(s) => s,
-            Err(e) => {
-                device.shutdown();
-                return Err(RuntimeError::Io(e));
-            }
-        };
+        let services = Services::with_device_and_dead_letters(device.clone(), self.dead_letters);
         match SupervisorRef::start(self.root_id, spec, services.clone()).await {
             Ok(root) => Ok(Runtime { device, services, root }),
             Err(e) => {

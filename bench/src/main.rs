@@ -72,11 +72,20 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let mut rows = Vec::new();
     eprintln!("round trip ...");
     let mut rt = round_trip(s.latency_samples).into_iter();
-    let (device, handle, ractor, tokio, floor) =
-        (rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap(), rt.next().unwrap());
+    let (device, handle, ractor, tokio, floor, condvar) = (
+        rt.next().unwrap(),
+        rt.next().unwrap(),
+        rt.next().unwrap(),
+        rt.next().unwrap(),
+        rt.next().unwrap(),
+        rt.next().unwrap(),
+    );
     rows.push(Row::new("round trip", device.clone(), ractor.clone(), "<= 0.2x ractor call", |_, _, r| r <= 0.2));
     rows.push(Row::new("round trip", device.clone(), floor.clone(), "<= 2x the spinning floor", |_, _, r| r <= 2.0));
     rows.push(Row::new("round trip", device.clone(), tokio.clone(), "(context)", |_, _, _| true));
+    rows.push(Row::new("round trip", device.clone(), condvar.clone(), "(context: two parked hand-offs)", |_, _, _| {
+        true
+    }));
     rows.push(Row::new(
         "round trip, supervised handle",
         handle.clone(),
@@ -84,7 +93,8 @@ fn run(s: Scale) -> (Vec<Row>, String) {
         "<= 0.2x ractor call",
         |_, _, r| r <= 0.2,
     ));
-    let svg = cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor]);
+    let svg =
+        cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor, &condvar]);
 
     eprintln!("one-way throughput ...");
     let one = device_one_way(1, s.throughput_messages, s.throughput_runs, 1);
@@ -103,7 +113,9 @@ fn run(s: Scale) -> (Vec<Row>, String) {
         ("one-way, 64 B, 1 producer, batches of 32", &one_b, &cast1),
         ("one-way, 64 B, 2 producers, batches of 32", &two_b, &cast2),
     ] {
-        rows.push(Row::new(scenario, ringvisor.clone(), cast.clone(), vs_cast, move |v, _, r| fifteen_m(v) && r >= 2.0));
+        rows.push(Row::new(scenario, ringvisor.clone(), cast.clone(), vs_cast, move |v, _, r| {
+            fifteen_m(v) && r >= 2.0
+        }));
         if scenario.contains("1 producer") {
             rows.push(Row::new(scenario, ringvisor.clone(), chan.clone(), vs_chan, |_, _, r| r >= 0.5));
         }
@@ -112,6 +124,13 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, s.restart_samples);
     let host = restart_latency(false, s.restart_samples);
+    rows.push(Row::new(
+        "restart latency, one_for_one",
+        gpu.clone(),
+        condvar,
+        "(context: parked hand-off pair)",
+        |_, _, _| true,
+    ));
     rows.push(Row::new("restart latency, one_for_one", gpu, host, "median <= 50 µs, p99 <= 500 µs", |v, _, _| {
         v.median <= 50e3 && v.p99 <= 500e3
     }));

@@ -69,7 +69,8 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     let payload = 7u64.to_le_bytes();
     let (runtime, handle) = rt.block_on(async {
-        let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("e", GpuChild::new("echo")).name("b/e"));
+        let spec =
+            SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("e", GpuChild::new("echo")).name("b/e"));
         let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
         let h = r.gpu("b/e").expect("echo");
         (r, h)
@@ -87,6 +88,7 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
         "ractor call",
         "tokio mpsc + oneshot",
         "two threads spinning on an atomic",
+        "two threads through a condvar (parked)",
     ];
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(n); names.len()];
     let per_round = (n / ROUNDS).max(1);
@@ -130,7 +132,8 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
                     }
                     v
                 }),
-                _ => spin_block(per_round),
+                4 => spin_block(per_round),
+                _ => condvar_block(per_round),
             };
             // Round 0 warms every system up and is not kept.
             if round > 0 {
@@ -142,6 +145,33 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
     rt.block_on(runtime.shutdown());
     device.shutdown();
     names.iter().zip(samples).map(|(name, s)| Summary::of(name, s, Unit::Nanos)).collect()
+}
+
+/// `n` ping-pong round trips between this thread and a peer, both parking on a condvar: the cost of two
+/// thread wake-ups, the unit every hand-off between parked threads pays.
+fn condvar_block(n: usize) -> Vec<f64> {
+    let pair = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+    let peer = pair.clone();
+    let rounds = n as u64;
+    let echo = std::thread::spawn(move || {
+        let (m, c) = &*peer;
+        for i in 0..rounds {
+            let mut v = c.wait_while(m.lock().unwrap(), |v| *v != 2 * i + 1).unwrap();
+            *v = 2 * i + 2;
+            c.notify_all();
+        }
+    });
+    let (m, c) = &*pair;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..rounds {
+        let t0 = Instant::now();
+        *m.lock().unwrap() = 2 * i + 1;
+        c.notify_all();
+        drop(c.wait_while(m.lock().unwrap(), |v| *v != 2 * i + 2).unwrap());
+        samples.push(elapsed_ns(t0));
+    }
+    echo.join().expect("condvar peer");
+    samples
 }
 
 /// `n` ping-pong round trips between this thread and a spinning peer.

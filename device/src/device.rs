@@ -207,8 +207,16 @@ impl PendingCommand {
         self.cmd_id
     }
 
+    /// Polls the device in the poller's place for a short while (see `DeviceInner::assist`).
+    fn assisted(&self, deadline: Instant) -> Option<Result<SlotEvent, DeviceError>> {
+        self.device.upgrade().and_then(|d| d.assist(&self.completion, deadline))
+    }
+
     /// Waits for the outcome from sync code.
     pub fn wait_blocking(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
+        if let Some(out) = self.assisted(Instant::now() + timeout) {
+            return out;
+        }
         match self.completion.wait_blocking(timeout) {
             Some(r) => r,
             None => Err(self.timed_out()),
@@ -217,6 +225,9 @@ impl PendingCommand {
 
     /// Waits for the outcome from async code.
     pub async fn wait(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
+        if let Some(out) = self.assisted(Instant::now() + timeout) {
+            return out;
+        }
         match self.completion.wait(timeout).await {
             Some(r) => r,
             None => Err(self.timed_out()),
@@ -289,8 +300,17 @@ struct Counters {
 
 type CommandWaiter = Arc<Completion<Result<SlotEvent, DeviceError>>>;
 type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
-/// A subscriber: an optional slot filter and the stream (dropped streams are pruned).
-type Subscriber = (Option<u32>, Weak<StreamInner<SlotEvent>>);
+/// A function called with every device event, on the thread that reads it (see [`Device::on_event`]).
+pub type EventHook = dyn Fn(&SlotEvent) + Send + Sync;
+
+/// Where a subscriber's events go.
+enum Sink {
+    Stream(Weak<StreamInner<SlotEvent>>),
+    Hook(Weak<EventHook>),
+}
+
+/// A subscriber: an optional slot filter and its sink (dropped streams and hooks are pruned).
+type Subscriber = (Option<u32>, Sink);
 
 pub(crate) struct DeviceInner {
     grid: SharedGrid,
@@ -696,20 +716,8 @@ impl Device {
         self.finish_call(correlation, out)
     }
 
-    /// Polls the device in the poller's place for a short while (a reply through a running kernel usually
-    /// comes within it), so the answer does not wait for the poller thread to wake.
     fn assist_until_answered(&self, waiter: &CallWaiter, deadline: Instant) -> Option<Result<Reply, DeviceError>> {
-        let until = (Instant::now() + ASSIST_SPIN).min(deadline);
-        loop {
-            if let Some(out) = waiter.try_take() {
-                return Some(out);
-            }
-            if Instant::now() >= until {
-                return None;
-            }
-            self.inner.poll_assist();
-            std::hint::spin_loop();
-        }
+        self.inner.assist(waiter, deadline)
     }
 
     fn start_call(&self, slot: u32, payload: &[u8], deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
@@ -812,6 +820,14 @@ impl Device {
         self.add_subscriber(None)
     }
 
+    /// Calls `hook` with every event from now on, on the thread that reads it from the device (the poller,
+    /// or a caller polling in its place), in event order, until the last `Arc` of the hook is dropped. No
+    /// thread hand-off: the lowest-latency way to follow events. The hook must be quick, must not block,
+    /// and must not call back into this device (it runs while events are being dispatched).
+    pub fn on_event(&self, hook: &Arc<EventHook>) {
+        lock(&self.inner.subscribers).push((None, Sink::Hook(Arc::downgrade(hook))));
+    }
+
     /// Every event of `slot`, from now on.
     pub fn subscribe_slot(&self, slot: u32) -> Result<Stream<SlotEvent>, DeviceError> {
         self.check_slot(slot)?;
@@ -823,7 +839,7 @@ impl Device {
         if self.inner.closed.load(Ordering::Acquire) {
             stream.close();
         }
-        lock(&self.inner.subscribers).push((slot, stream.downgrade()));
+        lock(&self.inner.subscribers).push((slot, Sink::Stream(stream.downgrade())));
         stream
     }
 
@@ -917,12 +933,30 @@ impl DeviceInner {
             w.complete(Err(DeviceError::Closed));
         }
         self.replies.close();
-        for (_, s) in lock(&self.subscribers).drain(..) {
-            if let Some(s) = s.upgrade() {
-                Stream::close_inner(&s);
+        for (_, sink) in lock(&self.subscribers).drain(..) {
+            if let Sink::Stream(s) = sink {
+                if let Some(s) = s.upgrade() {
+                    Stream::close_inner(&s);
+                }
             }
         }
         tracing::info!("device shut down");
+    }
+
+    /// Polls the device in the poller's place for a short while (an answer through a running kernel usually
+    /// comes within it), so the answer does not wait for the poller thread to wake.
+    fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
+        let until = (Instant::now() + ASSIST_SPIN).min(deadline);
+        loop {
+            if let Some(out) = completion.try_take() {
+                return Some(out);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            self.poll_assist();
+            std::hint::spin_loop();
+        }
     }
 
     /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
@@ -1084,14 +1118,26 @@ impl DeviceInner {
             }
         }
         let mut subs = lock(&self.subscribers);
-        subs.retain(|(filter, weak)| match weak.upgrade() {
-            Some(s) => {
-                if filter.is_none_or(|f| f == slot_event.event.slot) {
-                    Stream::push_to(&s, slot_event.clone());
+        let wanted = |filter: &Option<u32>| filter.is_none_or(|f| f == slot_event.event.slot);
+        subs.retain(|(filter, sink)| match sink {
+            Sink::Stream(weak) => match weak.upgrade() {
+                Some(s) => {
+                    if wanted(filter) {
+                        Stream::push_to(&s, slot_event.clone());
+                    }
+                    true
                 }
-                true
-            }
-            None => false,
+                None => false,
+            },
+            Sink::Hook(weak) => match weak.upgrade() {
+                Some(hook) => {
+                    if wanted(filter) {
+                        hook(&slot_event);
+                    }
+                    true
+                }
+                None => false,
+            },
         });
     }
 

@@ -4,7 +4,7 @@
 //! Exact lookups go through a concurrent map; pattern lookups walk a trie of segments, so a pattern with a
 //! literal prefix visits only that subtree, not every name.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
@@ -130,22 +130,22 @@ fn glob_matches(glob: &[Option<char>], seg: &str) -> bool {
 struct Node {
     /// Ordered, so a segment glob with a literal prefix (`s1?`) scans only the names with that prefix.
     children: BTreeMap<String, Node>,
-    /// A name ends here.
-    terminal: bool,
+    /// The child bound to the name that ends here.
+    value: Option<ChildRef>,
 }
 
 impl Node {
-    fn insert(&mut self, segs: &[&str]) {
+    fn insert(&mut self, segs: &[&str], child: ChildRef) {
         match segs.split_first() {
-            None => self.terminal = true,
-            Some((first, rest)) => self.children.entry((*first).to_string()).or_default().insert(rest),
+            None => self.value = Some(child),
+            Some((first, rest)) => self.children.entry((*first).to_string()).or_default().insert(rest, child),
         }
     }
 
     /// Removes a name; returns true when this node became empty (prunable).
     fn remove(&mut self, segs: &[&str]) -> bool {
         match segs.split_first() {
-            None => self.terminal = false,
+            None => self.value = None,
             Some((first, rest)) => {
                 if let Some(child) = self.children.get_mut(*first) {
                     if child.remove(rest) {
@@ -154,14 +154,14 @@ impl Node {
                 }
             }
         }
-        !self.terminal && self.children.is_empty()
+        self.value.is_none() && self.children.is_empty()
     }
 
-    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut BTreeSet<String>, visits: &mut usize) {
+    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut Vec<(String, ChildRef)>, visits: &mut usize) {
         *visits += 1;
         let Some((first, rest)) = pat.split_first() else {
-            if self.terminal {
-                out.insert(path.join("/"));
+            if let Some(child) = &self.value {
+                out.push((path.join("/"), child.clone()));
             }
             return;
         };
@@ -170,7 +170,7 @@ impl Node {
             child: &Node,
             rest: &[Seg],
             path: &mut Vec<String>,
-            out: &mut BTreeSet<String>,
+            out: &mut Vec<(String, ChildRef)>,
             visits: &mut usize,
         ) {
             path.push(name.to_string());
@@ -185,7 +185,8 @@ impl Node {
             }
             Seg::Glob(glob) => {
                 let prefix: String = glob.iter().map_while(|c| *c).collect();
-                let candidates = self.children.range(prefix.clone()..).take_while(|(name, _)| name.starts_with(&prefix));
+                let candidates =
+                    self.children.range(prefix.clone()..).take_while(|(name, _)| name.starts_with(&prefix));
                 for (name, child) in candidates {
                     if glob_matches(glob, name) {
                         descend(name, child, rest, path, out, visits);
@@ -253,7 +254,7 @@ impl Registry {
             dashmap::Entry::Vacant(v) => {
                 // The index is updated while the map entry is held, so bind/unbind of one name serialise.
                 let segs: Vec<&str> = name.split('/').collect();
-                self.inner.index.write().unwrap_or_else(|p| p.into_inner()).insert(&segs);
+                self.inner.index.write().unwrap_or_else(|p| p.into_inner()).insert(&segs, child.clone());
                 v.insert(child);
             }
         }
@@ -291,12 +292,15 @@ impl Registry {
     /// pattern with a literal prefix does not scan every name).
     pub fn find_counting(&self, pattern: &str) -> Result<(Vec<(String, ChildRef)>, usize), RegistryError> {
         let segs = parse_pattern(pattern)?;
-        let mut names = BTreeSet::new();
+        let mut found = Vec::new();
         let mut visits = 0;
         let index = self.inner.index.read().unwrap_or_else(|p| p.into_inner());
-        index.collect(&segs, &mut Vec::new(), &mut names, &mut visits);
+        index.collect(&segs, &mut Vec::new(), &mut found, &mut visits);
         drop(index);
-        Ok((names.into_iter().filter_map(|n| self.lookup(&n).map(|c| (n, c))).collect(), visits))
+        // Segment order is not name order (`a-c` < `a/b`), and `**` can reach a name by two ways.
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        found.dedup_by(|a, b| a.0 == b.0);
+        Ok((found, visits))
     }
 
     /// Every registry change from now on.

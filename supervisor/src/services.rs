@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use ractor::ActorRef;
-use ringvisor_device::{Device, SlotEvent};
+use ringvisor_device::{Device, EventHook, SlotEvent};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
@@ -14,9 +14,6 @@ use crate::events::TreeEvents;
 use crate::handle::GpuActorRef;
 use crate::registry::Registry;
 use crate::slot_actor::SlotMsg;
-
-/// How often the event router checks whether it should stop while no event comes.
-const ROUTER_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Which slots of the device are free for GPU children.
 pub(crate) struct SlotPool {
@@ -90,7 +87,7 @@ impl GpuServices {
 
     /// Routes one device event: its undeliverable messages to the dead-letter queue, the event to the
     /// slot's actor.
-    fn route(&self, event: SlotEvent, dead_letters: &DeadLetters) {
+    fn route(&self, event: &SlotEvent, dead_letters: &DeadLetters) {
         let slot = event.event.slot;
         let (actor, target) = match self.bindings.get(&slot) {
             Some(b) => (b.actor.clone(), Some(b.target.clone())),
@@ -106,7 +103,7 @@ impl GpuServices {
             );
         }
         if let Some(actor) = actor {
-            let _ = actor.send_message(SlotMsg::Device(event.event));
+            let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
         }
     }
 }
@@ -116,6 +113,8 @@ struct Inner {
     dead_letters: DeadLetters,
     events: TreeEvents,
     gpu: Option<GpuServices>,
+    /// The device event hook (kept alive here; the device holds it weakly).
+    hook: Option<Arc<EventHook>>,
 }
 
 /// The services a supervision tree shares. Cheap to clone.
@@ -130,36 +129,49 @@ impl Services {
         Self::build(None, DeadLetters::default())
     }
 
-    /// Services for a tree of GPU (and host) actors on `device`. Starts the thread that routes the
-    /// device's events (it ends when the services are dropped or the device shuts down).
-    pub fn with_device(device: Device) -> std::io::Result<Self> {
+    /// Services for a tree of GPU (and host) actors on `device`. Device events are routed (dead letters to
+    /// the queue, events to slot actors) by a hook on the device's event path, with no thread of its own.
+    pub fn with_device(device: Device) -> Self {
         Self::with_device_and_dead_letters(device, DeadLetters::default())
     }
 
     /// Like [`Services::with_device`], with a dead-letter queue configured by the caller.
-    pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> std::io::Result<Self> {
+    pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> Self {
         let gpu =
             GpuServices { slots: SlotPool::new(device.slot_count()), bindings: DashMap::new(), device: device.clone() };
-        let services = Self::build(Some(gpu), dead_letters);
-        let events = device.subscribe();
-        let weak = Arc::downgrade(&services.inner);
-        std::thread::Builder::new().name("ringvisor-event-router".into()).spawn(move || loop {
-            match events.recv_timeout(ROUTER_POLL) {
-                Some(event) => {
-                    let Some(inner) = weak.upgrade() else { break };
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let weak = weak.clone();
+            let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
+                if let Some(inner) = weak.upgrade() {
                     if let Some(gpu) = &inner.gpu {
                         gpu.route(event, &inner.dead_letters);
                     }
                 }
-                None if events.is_closed() || weak.strong_count() == 0 => break,
-                None => {}
+            });
+            Inner {
+                registry: Registry::new(),
+                dead_letters,
+                events: TreeEvents::default(),
+                gpu: Some(gpu),
+                hook: Some(hook),
             }
-        })?;
-        Ok(services)
+        });
+        if let Some(hook) = &inner.hook {
+            device.on_event(hook);
+        }
+        Self { inner }
     }
 
     fn build(gpu: Option<GpuServices>, dead_letters: DeadLetters) -> Self {
-        Self { inner: Arc::new(Inner { registry: Registry::new(), dead_letters, events: TreeEvents::default(), gpu }) }
+        Self {
+            inner: Arc::new(Inner {
+                registry: Registry::new(),
+                dead_letters,
+                events: TreeEvents::default(),
+                gpu,
+                hook: None,
+            }),
+        }
     }
 
     /// The registry.

@@ -412,7 +412,7 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
                 .state_bytes(64)
                 .behaviours(BehaviourSet::builtins());
             let device = Device::open(config).expect("CPU device opens");
-            (Services::with_device(device.clone()).expect("router starts"), Some(device))
+            (Services::with_device(device.clone()), Some(device))
         }
     };
     let events = services.events().subscribe();
