@@ -123,10 +123,10 @@ pub fn markdown(rows: &[Row]) -> String {
 
 /// An SVG with the cumulative distribution of each latency summary (log-scale time axis).
 pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
-    const W: f64 = 760.0;
+    const W: f64 = 980.0;
     const H: f64 = 420.0;
     const L: f64 = 70.0;
-    const R: f64 = 190.0;
+    const R: f64 = 300.0;
     const T: f64 = 40.0;
     const B: f64 = 50.0;
     let lo = series.iter().map(|s| s.sorted[0]).fold(f64::INFINITY, f64::min).max(1.0).log10().floor();
@@ -149,7 +149,7 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
             fmt(10f64.powi(d), Unit::Nanos)
         );
     }
-    for q in [0.0, 0.5, 0.99, 1.0] {
+    for q in [0.0, 0.5, 0.9, 0.99] {
         let py = y(q);
         let _ = writeln!(
             svg,
@@ -157,7 +157,11 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
             W - R,
             L - 6.0,
             py + 4.0,
-            if q == 0.99 { "p99".to_string() } else { format!("{q}") }
+            match q {
+                0.99 => "p99".to_string(),
+                0.9 => "p90".to_string(),
+                _ => format!("{q}"),
+            }
         );
     }
     let _ = writeln!(
