@@ -74,19 +74,19 @@ pub fn validate_name(name: &str) -> Result<(), RegistryError> {
     Ok(())
 }
 
-/// One segment of a parsed pattern.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Seg {
-    Literal(String),
+/// One segment of a parsed pattern (borrowing the pattern).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seg<'p> {
+    Literal(&'p str),
     /// A segment with `?`: each `?` matches one character.
-    Glob(Vec<Option<char>>),
+    Glob(&'p str),
     /// `*`: exactly one segment.
     Any,
     /// `**`: zero or more segments.
     AnyDepth,
 }
 
-fn parse_pattern(pattern: &str) -> Result<Vec<Seg>, RegistryError> {
+fn parse_pattern(pattern: &str) -> Result<Vec<Seg<'_>>, RegistryError> {
     let bad = |why| Err(RegistryError::InvalidPattern { pattern: pattern.to_string(), why });
     if pattern.is_empty() {
         return bad("empty");
@@ -105,22 +105,23 @@ fn parse_pattern(pattern: &str) -> Result<Vec<Seg>, RegistryError> {
                 if !segment_ok(&s.replace('?', "")) {
                     return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards");
                 }
-                Seg::Glob(s.chars().map(|c| (c != '?').then_some(c)).collect())
+                Seg::Glob(s)
             }
-            s if segment_ok(s) => Seg::Literal(s.to_string()),
+            s if segment_ok(s) => Seg::Literal(s),
             _ => return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards"),
         });
     }
     Ok(segs)
 }
 
-fn glob_matches(glob: &[Option<char>], seg: &str) -> bool {
+/// Whether `seg` matches `glob`, where each `?` stands for one character.
+fn glob_matches(glob: &str, seg: &str) -> bool {
     let mut chars = seg.chars();
-    for g in glob {
-        match (g, chars.next()) {
-            (_, None) => return false,
-            (Some(want), Some(c)) if *want != c => return false,
-            _ => {}
+    for g in glob.chars() {
+        match chars.next() {
+            None => return false,
+            Some(c) if g != '?' && g != c => return false,
+            Some(_) => {}
         }
     }
     chars.next().is_none()
@@ -157,36 +158,43 @@ impl Node {
         self.value.is_none() && self.children.is_empty()
     }
 
-    fn collect(&self, pat: &[Seg], path: &mut Vec<String>, out: &mut Vec<(String, ChildRef)>, visits: &mut usize) {
+    /// Appends to `out` every name under this node (whose own name is `path`) matching `pat`.
+    fn collect(&self, pat: &[Seg<'_>], path: &mut String, out: &mut Vec<(String, ChildRef)>, visits: &mut usize) {
         *visits += 1;
         let Some((first, rest)) = pat.split_first() else {
             if let Some(child) = &self.value {
-                out.push((path.join("/"), child.clone()));
+                out.push((path.clone(), child.clone()));
             }
             return;
         };
         fn descend(
             name: &str,
             child: &Node,
-            rest: &[Seg],
-            path: &mut Vec<String>,
+            rest: &[Seg<'_>],
+            path: &mut String,
             out: &mut Vec<(String, ChildRef)>,
             visits: &mut usize,
         ) {
-            path.push(name.to_string());
+            let len = path.len();
+            if len > 0 {
+                path.push('/');
+            }
+            path.push_str(name);
             child.collect(rest, path, out, visits);
-            path.pop();
+            path.truncate(len);
         }
-        match first {
+        match *first {
             Seg::Literal(lit) => {
                 if let Some(child) = self.children.get(lit) {
                     descend(lit, child, rest, path, out, visits);
                 }
             }
             Seg::Glob(glob) => {
-                let prefix: String = glob.iter().map_while(|c| *c).collect();
-                let candidates =
-                    self.children.range(prefix.clone()..).take_while(|(name, _)| name.starts_with(&prefix));
+                let prefix = &glob[..glob.find('?').unwrap_or(glob.len())];
+                let candidates = self
+                    .children
+                    .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+                    .take_while(|(name, _)| name.starts_with(prefix));
                 for (name, child) in candidates {
                     if glob_matches(glob, name) {
                         descend(name, child, rest, path, out, visits);
@@ -295,7 +303,7 @@ impl Registry {
         let mut found = Vec::new();
         let mut visits = 0;
         let index = self.inner.index.read().unwrap_or_else(|p| p.into_inner());
-        index.collect(&segs, &mut Vec::new(), &mut found, &mut visits);
+        index.collect(&segs, &mut String::with_capacity(64), &mut found, &mut visits);
         drop(index);
         // Segment order is not name order (`a-c` < `a/b`), and `**` can reach a name by two ways.
         found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -327,11 +335,10 @@ mod tests {
 
     #[test]
     fn globs_match_whole_segments() {
-        let g: Vec<Option<char>> = "s?n".chars().map(|c| (c != '?').then_some(c)).collect();
-        assert!(glob_matches(&g, "sun"));
-        assert!(!glob_matches(&g, "su"));
-        assert!(!glob_matches(&g, "sunn"));
-        assert!(!glob_matches(&g, "tun"));
+        assert!(glob_matches("s?n", "sun"));
+        assert!(!glob_matches("s?n", "su"));
+        assert!(!glob_matches("s?n", "sunn"));
+        assert!(!glob_matches("s?n", "tun"));
     }
 
     #[test]
