@@ -17,6 +17,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod faults;
 mod runtime;
 
 pub use ringvisor_device as device;

@@ -123,6 +123,11 @@ impl Runtime {
         self.registry().find(pattern)
     }
 
+    /// Fault injection into this runtime's children (for tests).
+    pub fn faults(&self) -> crate::faults::FaultInjector<'_> {
+        crate::faults::FaultInjector::new(&self.services)
+    }
+
     /// Stops the tree (children in reverse start order), then the device.
     pub async fn shutdown(self) {
         self.root.shutdown().await;

@@ -632,6 +632,23 @@ impl SupervisorState {
     }
 }
 
+/// A supervisor killed without cleanup (ractor `kill`: no `post_stop`) still releases what its children
+/// hold: their device actors are killed, their handles see `Gone`, their names and slots are released. (After
+/// a normal stop the child list is already empty.)
+impl Drop for SupervisorState {
+    fn drop(&mut self) {
+        for child in std::mem::take(&mut self.children) {
+            if let Run::Running(cell) = &child.run {
+                cell.kill();
+            }
+            if let Some(slot) = child.slot {
+                stop_orphaned_slot(&self.services, slot);
+            }
+            self.retire(child);
+        }
+    }
+}
+
 /// Stops `cell` by `shutdown` and says how it ended.
 async fn shutdown_actor(cell: &ActorCell, shutdown: Shutdown) -> ExitReason {
     match shutdown {

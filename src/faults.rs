@@ -1,0 +1,147 @@
+//! Fault injection for tests of your own trees: aim a fault at a child by registry name or pattern, or let a
+//! seeded [`ChaosSchedule`] pick faults and targets (the same seed replays the same choices).
+//!
+//! Device-side faults are carried out by the device code (through the control block's fault bits, or a
+//! command to block 0); host-side faults kill the ractor actors that mirror GPU actors or supervise them.
+//!
+//! ```no_run
+//! # use ringvisor::prelude::*;
+//! # use ringvisor::faults::InjectedFault;
+//! # async fn t(rt: &Runtime) -> Result<(), Box<dyn std::error::Error>> {
+//! rt.faults().inject("fleet/sensors/*", InjectedFault::CrashNextMessage)?; // every sensor
+//! # Ok(()) }
+//! ```
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use ringvisor_device::{DeviceError, Fault};
+use ringvisor_supervisor::{ChildRef, RegistryError, Services};
+
+/// A fault to inject into one child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InjectedFault {
+    /// Device: the actor fails on the next message it processes (that message becomes a poison letter).
+    CrashNextMessage,
+    /// Device: block 0 kills the actor (its queued messages are handed back); the slot actor exits `killed`.
+    KillDeviceActor,
+    /// Host: the slot actor mirroring a GPU child (or any host actor child) is killed; its supervisor sees
+    /// `killed` and kills the device actor too.
+    KillActor,
+    /// Host: a supervisor child is killed (its children die with it, without cleanup); its parent acts.
+    KillSupervisor,
+}
+
+impl InjectedFault {
+    /// Every kind, for schedules and summaries.
+    pub const ALL: [InjectedFault; 4] =
+        [Self::CrashNextMessage, Self::KillDeviceActor, Self::KillActor, Self::KillSupervisor];
+
+    /// Short label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::CrashNextMessage => "crash_next_message",
+            Self::KillDeviceActor => "kill_device_actor",
+            Self::KillActor => "kill_actor",
+            Self::KillSupervisor => "kill_supervisor",
+        }
+    }
+}
+
+/// Why a fault could not be injected.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// The name or pattern is invalid.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// No registered child matches.
+    #[error("no registered actor matches `{0}`")]
+    NoTarget(String),
+    /// The device refused.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// Injects faults into the children of one runtime (see [`crate::Runtime::faults`]).
+pub struct FaultInjector<'a> {
+    services: &'a Services,
+}
+
+impl<'a> FaultInjector<'a> {
+    pub(crate) fn new(services: &'a Services) -> Self {
+        Self { services }
+    }
+
+    /// Injects `fault` into every running child whose name matches `target` (an exact name or a pattern);
+    /// returns how many were hit. Children that are not running, or of the wrong kind for the fault (a
+    /// device fault on a host actor, `KillSupervisor` on a worker), are skipped.
+    pub fn inject(&self, target: &str, fault: InjectedFault) -> Result<usize, FaultError> {
+        let found = self.services.registry().find(target)?;
+        if found.is_empty() {
+            return Err(FaultError::NoTarget(target.to_string()));
+        }
+        let mut hit = 0;
+        for (_, child) in &found {
+            hit += usize::from(self.inject_one(child, fault)?);
+        }
+        Ok(hit)
+    }
+
+    fn inject_one(&self, child: &ChildRef, fault: InjectedFault) -> Result<bool, FaultError> {
+        let Some(actor) = child.actor() else { return Ok(false) };
+        let is_supervisor = ringvisor_supervisor::SupervisorRef::from_child(child).is_some();
+        match fault {
+            InjectedFault::CrashNextMessage | InjectedFault::KillDeviceActor => {
+                let (Some(gpu), Some(device)) = (child.gpu(), self.services.device()) else { return Ok(false) };
+                if fault == InjectedFault::CrashNextMessage {
+                    device.inject(gpu.slot(), Fault::CrashNextMessage)?;
+                } else {
+                    match device.kill(gpu.slot()) {
+                        Ok(_) => {}
+                        // Already being stopped or restarted: nothing to kill right now.
+                        Err(DeviceError::CommandInFlight { .. }) => return Ok(false),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                tracing::info!(child = child.id(), fault = fault.label(), "fault injected");
+                Ok(true)
+            }
+            InjectedFault::KillActor if !is_supervisor => {
+                actor.kill();
+                Ok(true)
+            }
+            InjectedFault::KillSupervisor if is_supervisor => {
+                actor.kill();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// A seeded schedule of faults: which fault, aimed at which of the given names.
+pub struct ChaosSchedule {
+    rng: StdRng,
+    kinds: Vec<InjectedFault>,
+}
+
+impl ChaosSchedule {
+    /// A schedule drawing among `kinds` with seed `seed`.
+    pub fn new(seed: u64, kinds: &[InjectedFault]) -> Self {
+        Self { rng: StdRng::seed_from_u64(seed), kinds: kinds.to_vec() }
+    }
+
+    /// The next fault and the index of its target among `targets` candidates (`None` without candidates).
+    pub fn next(&mut self, targets: usize) -> Option<(InjectedFault, usize)> {
+        if targets == 0 || self.kinds.is_empty() {
+            return None;
+        }
+        let kind = self.kinds[self.rng.gen_range(0..self.kinds.len())];
+        Some((kind, self.rng.gen_range(0..targets)))
+    }
+
+    /// A number in `0..n` from the same stream (for callers' own choices, to stay replayable).
+    pub fn pick(&mut self, n: usize) -> usize {
+        self.rng.gen_range(0..n.max(1))
+    }
+}

@@ -1,0 +1,235 @@
+//! The chaos harness: a tree of at least 200 GPU actors (counter and kv behaviours; one_for_one,
+//! rest_for_one, one_for_all and simple_one_for_one supervisors) under seeded random faults while producers
+//! call the actors; then the faults stop and the invariants are checked by the caller from the report.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringvisor::device::{DeviceConfig, DeviceError};
+use ringvisor::faults::{ChaosSchedule, InjectedFault};
+use ringvisor::prelude::*;
+use ringvisor::supervisor::{DeadLetterStats, RunState, SendError, SupervisorRef, TreeEvent};
+
+/// What to run.
+pub struct ChaosConfig {
+    pub seed: u64,
+    pub duration: Duration,
+    pub fault_every: Duration,
+    pub producers: usize,
+}
+
+/// What happened.
+#[derive(Debug, Default)]
+pub struct ChaosReport {
+    pub faults: BTreeMap<&'static str, u64>,
+    pub restarts: u64,
+    pub escalations: u64,
+    pub handed: u64,
+    pub answered: u64,
+    pub undelivered: u64,
+    pub gone: u64,
+    pub inbox_full: u64,
+    pub timeouts: u64,
+    pub other_errors: Vec<String>,
+    pub dead_letters: DeadLetterStats,
+    pub converged: Option<Duration>,
+    pub not_running: Vec<String>,
+    pub free_slots_before: usize,
+    pub free_slots_after: usize,
+    pub gpu_children: usize,
+}
+
+impl ChaosReport {
+    /// The summary table.
+    pub fn table(&self) -> String {
+        let mut t = String::from("| measure | value |\n|---|---|\n");
+        for (k, v) in &self.faults {
+            t += &format!("| faults: {k} | {v} |\n");
+        }
+        t += &format!(
+            "| GPU children | {} |\n| restarts | {} |\n| escalations | {} |\n",
+            self.gpu_children, self.restarts, self.escalations
+        );
+        t += &format!(
+            "| calls handed | {} |\n| answered | {} |\n| undelivered (dead letter) | {} |\n| target gone (dead letter) | {} |\n| inbox full (dead letter) | {} |\n| timed out | {} |\n",
+            self.handed, self.answered, self.undelivered, self.gone, self.inbox_full, self.timeouts
+        );
+        t += &format!("| dead letters | {} |\n", self.dead_letters);
+        t += &format!("| converged after the last fault | {:?} |\n", self.converged);
+        t += &format!("| free slots before / after | {} / {} |\n", self.free_slots_before, self.free_slots_after);
+        t
+    }
+}
+
+const T: Duration = Duration::from_secs(5);
+
+fn tree() -> SupervisorSpec {
+    let sup = |strategy| SupervisorSpec::new(strategy).intensity(10_000, Duration::from_secs(1));
+    let gpu = |id: String, behaviour: &str, group: &str| {
+        ChildSpec::gpu(id.clone(), GpuChild::new(behaviour)).name(format!("chaos/{group}/{id}"))
+    };
+    let counters = (0..80).fold(sup(Strategy::OneForOne), |s, i| s.child(gpu(format!("c{i}"), "counter", "counters")));
+    let kv = (0..40).fold(sup(Strategy::RestForOne), |s, i| s.child(gpu(format!("k{i}"), "kv", "kv")));
+    let groups = (0..40).fold(sup(Strategy::OneForAll), |s, i| s.child(gpu(format!("g{i}"), "counter", "groups")));
+    let pool = SupervisorSpec::simple(ChildSpec::gpu("p", GpuChild::new("counter")).name("chaos/pool/{id}"))
+        .intensity(10_000, Duration::from_secs(1));
+    SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(100_000, Duration::from_secs(1))
+        .child(ChildSpec::supervisor("counters", counters).name("chaos/counters"))
+        .child(ChildSpec::supervisor("kv", kv).name("chaos/kv"))
+        .child(ChildSpec::supervisor("groups", groups).name("chaos/groups"))
+        .child(ChildSpec::supervisor("pool", pool).name("chaos/pool"))
+}
+
+fn kv_put(key: u64) -> Vec<u8> {
+    let mut v = 1u32.to_le_bytes().to_vec();
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&key.to_le_bytes());
+    v
+}
+
+#[derive(Default)]
+struct Tally {
+    handed: AtomicU64,
+    answered: AtomicU64,
+    undelivered: AtomicU64,
+    gone: AtomicU64,
+    inbox_full: AtomicU64,
+    timeouts: AtomicU64,
+    other: std::sync::Mutex<Vec<String>>,
+}
+
+/// Every supervisor of the tree, with the GPU children it lists and whether each is running.
+async fn walk(root: &SupervisorRef) -> (usize, Vec<String>) {
+    let mut gpu = 0;
+    let mut not_running = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(sup) = stack.pop() {
+        let Ok(children) = sup.which_children().await else { continue };
+        for c in children {
+            if c.state != RunState::Running {
+                not_running.push(format!("{} ({:?})", c.id, c.state));
+            }
+            if let Some(s) = SupervisorRef::from_child(&c.child) {
+                stack.push(s);
+            } else if c.child.gpu().is_some() {
+                gpu += 1;
+            }
+        }
+    }
+    (gpu, not_running)
+}
+
+/// Runs the chaos scenario and reports.
+pub async fn run(cfg: ChaosConfig) -> ChaosReport {
+    let config = DeviceConfig::default().slots(256).inbox_capacity(32).outbox_capacity(32).state_bytes(1024);
+    let rt = ringvisor::Runtime::builder().device(config).root_id("chaos").start(tree()).await.expect("tree starts");
+    let pool = SupervisorRef::from_child(&rt.registry().lookup("chaos/pool").expect("pool")).expect("pool sup");
+    for _ in 0..40 {
+        pool.start_dynamic(Vec::new()).await.expect("pool child");
+    }
+    let mut report = ChaosReport { free_slots_before: rt.services().free_slots(), ..Default::default() };
+    let mut events = rt.services().events().subscribe();
+    let workers: Vec<String> = rt.find("chaos/*/*").expect("pattern").into_iter().map(|(n, _)| n).collect();
+    let supervisors: Vec<String> = rt.find("chaos/*").expect("pattern").into_iter().map(|(n, _)| n).collect();
+    assert!(workers.len() >= 200, "at least 200 GPU actors, found {}", workers.len());
+
+    // Producers: calls through stable handles, looked up by name each time (a name outlives restarts).
+    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let producers: Vec<_> = (0..cfg.producers)
+        .map(|p| {
+            let (stop, tally, names, services) = (stop.clone(), tally.clone(), workers.clone(), rt.services().clone());
+            tokio::spawn(async move {
+                let mut schedule = ChaosSchedule::new(cfg_seed_for(p), &[]);
+                while !stop.load(Ordering::Relaxed) {
+                    let name = &names[schedule.pick(names.len())];
+                    let Some(actor) = services.registry().lookup(name).and_then(|c| c.gpu()) else {
+                        tokio::task::yield_now().await;
+                        continue; // a dynamic child gone with a killed pool: nothing handed
+                    };
+                    let payload = if name.starts_with("chaos/kv/") {
+                        kv_put(schedule.pick(1000) as u64)
+                    } else {
+                        1i64.to_le_bytes().to_vec()
+                    };
+                    tally.handed.fetch_add(1, Ordering::Relaxed);
+                    let outcome = match actor.call(&payload, T).await {
+                        Ok(_) => &tally.answered,
+                        Err(SendError::Device(DeviceError::Undelivered { .. })) => &tally.undelivered,
+                        Err(SendError::Gone { .. }) => &tally.gone,
+                        Err(SendError::InboxFull) => &tally.inbox_full,
+                        Err(SendError::Timeout) => &tally.timeouts,
+                        Err(e) => {
+                            tally.other.lock().unwrap().push(e.to_string());
+                            continue;
+                        }
+                    };
+                    outcome.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    // Faults, from the seeded schedule.
+    let mut schedule = ChaosSchedule::new(cfg.seed, &InjectedFault::ALL);
+    let started = Instant::now();
+    while started.elapsed() < cfg.duration {
+        let (fault, _) = schedule.next(1).expect("kinds");
+        let pool = if fault == InjectedFault::KillSupervisor { &supervisors } else { &workers };
+        let target = &pool[schedule.pick(pool.len())];
+        if let Ok(n) = rt.faults().inject(target, fault) {
+            if n > 0 {
+                *report.faults.entry(fault.label()).or_default() += 1;
+            }
+        }
+        tokio::time::sleep(cfg.fault_every).await;
+    }
+    let last_fault = Instant::now();
+    // Convergence: every child every supervisor lists is running again.
+    let deadline = last_fault + Duration::from_secs(20);
+    loop {
+        let (_, not_running) = walk(rt.root()).await;
+        if not_running.is_empty() {
+            report.converged = Some(last_fault.elapsed());
+            break;
+        }
+        if Instant::now() > deadline {
+            report.not_running = not_running;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.await.expect("producer");
+    }
+    let (gpu_children, _) = walk(rt.root()).await;
+    report.gpu_children = gpu_children;
+    report.free_slots_after = rt.services().free_slots();
+    while let Ok(e) = events.try_recv() {
+        match e {
+            TreeEvent::Restarting { .. } => report.restarts += 1,
+            TreeEvent::IntensityReached { .. } => report.escalations += 1,
+            _ => {}
+        }
+    }
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    report.handed = load(&tally.handed);
+    report.answered = load(&tally.answered);
+    report.undelivered = load(&tally.undelivered);
+    report.gone = load(&tally.gone);
+    report.inbox_full = load(&tally.inbox_full);
+    report.timeouts = load(&tally.timeouts);
+    report.other_errors = tally.other.lock().unwrap().clone();
+    report.dead_letters = rt.dead_letters().stats();
+    rt.shutdown().await;
+    report
+}
+
+fn cfg_seed_for(producer: usize) -> u64 {
+    0x5EED_0000 + producer as u64
+}
