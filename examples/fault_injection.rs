@@ -7,7 +7,11 @@ use ringvisor::supervisor::{DeadLetterReason, RunState, TreeEvent};
 /// The tree under test: three sensors restarted one for one.
 fn my_tree() -> SupervisorSpec {
     let sensor = |n: u32| ChildSpec::gpu(format!("s{n}"), GpuChild::new("counter")).name(format!("plant/sensors/s{n}"));
-    SupervisorSpec::new(Strategy::OneForOne).intensity(5, Duration::from_secs(10)).child(sensor(1)).child(sensor(2)).child(sensor(3))
+    SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(5, Duration::from_secs(10))
+        .child(sensor(1))
+        .child(sensor(2))
+        .child(sensor(3))
 }
 
 #[tokio::main]

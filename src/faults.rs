@@ -12,6 +12,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::time::Duration;
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -30,12 +32,15 @@ pub enum InjectedFault {
     KillActor,
     /// Host: a supervisor child is killed (its children die with it, without cleanup); its parent acts.
     KillSupervisor,
+    /// Device: the actor stops making progress and its heartbeat stops (the stall bit of its control
+    /// block), for the given time or, with `None`, until the watchdog fails it (or it is killed).
+    Hang(Option<Duration>),
 }
 
 impl InjectedFault {
     /// Every kind, for schedules and summaries.
-    pub const ALL: [InjectedFault; 4] =
-        [Self::CrashNextMessage, Self::KillDeviceActor, Self::KillActor, Self::KillSupervisor];
+    pub const ALL: [InjectedFault; 5] =
+        [Self::CrashNextMessage, Self::KillDeviceActor, Self::KillActor, Self::KillSupervisor, Self::Hang(None)];
 
     /// Short label.
     pub fn label(self) -> &'static str {
@@ -44,6 +49,7 @@ impl InjectedFault {
             Self::KillDeviceActor => "kill_device_actor",
             Self::KillActor => "kill_actor",
             Self::KillSupervisor => "kill_supervisor",
+            Self::Hang(_) => "hang",
         }
     }
 }
@@ -91,17 +97,26 @@ impl<'a> FaultInjector<'a> {
         let Some(actor) = child.actor() else { return Ok(false) };
         let is_supervisor = ringvisor_supervisor::SupervisorRef::from_child(child).is_some();
         match fault {
-            InjectedFault::CrashNextMessage | InjectedFault::KillDeviceActor => {
+            InjectedFault::CrashNextMessage | InjectedFault::KillDeviceActor | InjectedFault::Hang(_) => {
                 let (Some(gpu), Some(device)) = (child.gpu(), self.services.device()) else { return Ok(false) };
-                if fault == InjectedFault::CrashNextMessage {
-                    device.inject(gpu.slot(), Fault::CrashNextMessage)?;
-                } else {
-                    match device.kill(gpu.slot()) {
+                match fault {
+                    InjectedFault::CrashNextMessage => device.inject(gpu.slot(), Fault::CrashNextMessage)?,
+                    InjectedFault::Hang(duration) => {
+                        device.inject(gpu.slot(), Fault::Stall)?;
+                        if let Some(d) = duration {
+                            let (device, slot) = (device.clone(), gpu.slot());
+                            std::thread::spawn(move || {
+                                std::thread::sleep(d);
+                                let _ = device.inject(slot, Fault::ClearStall);
+                            });
+                        }
+                    }
+                    _ => match device.kill(gpu.slot()) {
                         Ok(_) => {}
                         // Already being stopped or restarted: nothing to kill right now.
                         Err(DeviceError::CommandInFlight { .. }) => return Ok(false),
                         Err(e) => return Err(e.into()),
-                    }
+                    },
                 }
                 tracing::info!(child = child.id(), fault = fault.label(), "fault injected");
                 Ok(true)

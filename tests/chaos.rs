@@ -26,7 +26,7 @@ async fn chaos(seed: u64) {
     assert_eq!(report.dead_letters.total(), dead, "one dead letter per call not answered ({})", report.dead_letters);
     assert!(report.converged.is_some(), "not running 20 s after the last fault: {:?}", report.not_running);
     assert_eq!(report.free_slots_after, 256 - report.gpu_children, "slots leaked");
-    assert!(report.faults.len() == 4, "every fault kind injected: {:?}", report.faults);
+    assert!(report.faults.len() == 5, "every fault kind injected: {:?}", report.faults);
     assert!(report.restarts > 0);
 }
 

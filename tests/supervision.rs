@@ -217,3 +217,36 @@ async fn simple_one_for_one_children_are_started_named_and_found_by_pattern() {
     assert_eq!(rt.find("fleet/sensors/*").unwrap().len(), 4);
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_fails_a_hung_child_and_supervision_restarts_it() {
+    use ringvisor::faults::InjectedFault;
+    let watched = GpuChild::new("counter").heartbeat_timeout(Some(Duration::from_millis(100)));
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("h", watched).name("app/h"))
+        .child(counter("idle").restart(Restart::Permanent));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let h = rt.gpu("app/h").unwrap();
+    assert_eq!(total(&h, 4).await, 4);
+    // A hang that ends by itself before the bound is not a failure.
+    rt.faults().inject("app/h", InjectedFault::Hang(Some(Duration::from_millis(30)))).unwrap();
+    assert_eq!(total(&h, 1).await, 5, "answered once the short hang ended");
+    // A hang that does not end: the watchdog fails the child; it restarts with fresh state.
+    rt.faults().inject("app/h", InjectedFault::Hang(None)).unwrap();
+    let stuck = h.call(&1i64.to_le_bytes(), T).await;
+    assert!(matches!(stuck, Err(SendError::Device(ringvisor::device::DeviceError::Undelivered { .. }))), "{stuck:?}");
+    let exit = loop {
+        match tokio::time::timeout(T, events.recv()).await.unwrap().unwrap() {
+            TreeEvent::ChildExited { child, reason, .. } => break (child, reason),
+            _ => continue,
+        }
+    };
+    assert_eq!(exit.0, "h");
+    assert!(matches!(&exit.1, ExitReason::Abnormal(why) if why.contains("hung")), "{:?}", exit.1);
+    assert_eq!(total(&h, 2).await, 2, "restarted, fresh state");
+    let idle = rt.gpu("app/idle").unwrap();
+    assert_eq!(idle.child().status(), ChildStatus::Running, "an idle actor (no work pending) is never hung");
+    assert_eq!(rt.dead_letters().stats().count(DeadLetterReason::LeftInInbox), 1);
+    rt.shutdown().await;
+}

@@ -55,6 +55,9 @@ where
     }
 }
 
+/// The watchdog's default bound on a stale heartbeat with work pending.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Init bytes of a GPU child: fixed, or computed per start attempt.
 #[derive(Clone)]
 enum GpuInit {
@@ -69,6 +72,7 @@ pub struct GpuChild {
     init: GpuInit,
     slot: Option<u32>,
     start_timeout: Duration,
+    heartbeat_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for GpuChild {
@@ -77,6 +81,7 @@ impl fmt::Debug for GpuChild {
             .field("behaviour", &self.behaviour)
             .field("slot", &self.slot)
             .field("start_timeout", &self.start_timeout)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
             .finish()
     }
 }
@@ -89,7 +94,20 @@ impl GpuChild {
             init: GpuInit::Fixed(Vec::new()),
             slot: None,
             start_timeout: Duration::from_secs(5),
+            heartbeat_timeout: Some(DEFAULT_HEARTBEAT_TIMEOUT),
         }
+    }
+
+    /// The watchdog's bound (default 1 s): a child whose heartbeat has not moved for this long while
+    /// messages wait in its inbox is hung, and is failed so its supervisor acts. `None` turns the watchdog
+    /// off for this child.
+    pub fn heartbeat_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn watchdog(&self) -> Option<Duration> {
+        self.heartbeat_timeout
     }
 
     /// Init bytes handed to the behaviour's init on every start.

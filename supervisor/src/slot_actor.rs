@@ -12,11 +12,13 @@ use crate::handle::ChildShared;
 use crate::reason::stop_reason;
 use crate::services::Services;
 
-/// Messages of a slot actor: the device events of its slot.
+/// Messages of a slot actor: the device events of its slot, and the watchdog's ticks.
 #[derive(Debug)]
 pub enum SlotMsg {
-    /// A device event for the slot, routed by the services' event router.
+    /// A device event for the slot, routed by the services' event hook.
     Device(DeviceEvent),
+    /// Time to check the slot's heartbeat.
+    Watchdog,
 }
 
 pub(crate) struct SlotActor;
@@ -27,6 +29,7 @@ pub(crate) struct SlotArgs {
     pub(crate) behaviour: BehaviourId,
     pub(crate) init: Vec<u8>,
     pub(crate) start_timeout: Duration,
+    pub(crate) heartbeat_timeout: Option<Duration>,
 }
 
 pub(crate) struct SlotActorState {
@@ -34,6 +37,15 @@ pub(crate) struct SlotActorState {
     services: Services,
     slot: u32,
     generation: u32,
+    watchdog: Option<Watchdog>,
+}
+
+/// The hung-actor detector: the heartbeat the device last showed, and since when, while work was pending.
+struct Watchdog {
+    timeout: Duration,
+    heartbeat: u64,
+    since: Instant,
+    ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Wait between attempts to submit a command while another is in flight on the slot.
@@ -89,8 +101,16 @@ impl Actor for SlotActor {
                 return Err(e.to_string().into());
             }
         };
+        // An injected hang (the stall bit) belonged to the previous incarnation.
+        let _ = device.inject(slot, ringvisor_device::Fault::ClearStall);
         tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");
-        Ok(SlotActorState { shared: args.shared, services: args.services, slot, generation })
+        let watchdog = args.heartbeat_timeout.map(|timeout| Watchdog {
+            timeout,
+            heartbeat: 0,
+            since: Instant::now(),
+            ticker: Some(myself.send_interval(timeout / 4, || SlotMsg::Watchdog)),
+        });
+        Ok(SlotActorState { shared: args.shared, services: args.services, slot, generation, watchdog })
     }
 
     async fn handle(
@@ -99,7 +119,10 @@ impl Actor for SlotActor {
         msg: SlotMsg,
         state: &mut SlotActorState,
     ) -> Result<(), ActorProcessingErr> {
-        let SlotMsg::Device(ev) = msg;
+        let ev = match msg {
+            SlotMsg::Device(ev) => ev,
+            SlotMsg::Watchdog => return state.check_heartbeat(),
+        };
         if ev.generation != state.generation {
             return Ok(()); // another incarnation's event
         }
@@ -116,6 +139,9 @@ impl Actor for SlotActor {
     }
 
     async fn post_stop(&self, myself: ActorRef<SlotMsg>, state: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.watchdog.as_mut().and_then(|w| w.ticker.take()) {
+            ticker.abort();
+        }
         let Some(gpu) = state.services.gpu() else { return Ok(()) };
         gpu.detach(state.slot, &myself);
         // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
@@ -138,6 +164,34 @@ impl Actor for SlotActor {
             // Wake on the slot's next event (the drain finishing), or re-check after a while.
             let _ = tokio::time::timeout(DRAIN_RECHECK, events.recv()).await;
         }
+    }
+}
+
+impl SlotActorState {
+    /// Fails the actor if its device actor is hung: the heartbeat has not moved for the timeout while
+    /// messages wait in its inbox. (Its supervisor then kills the device actor, which a stalled actor
+    /// acknowledges; a behaviour stuck inside a call would not: that is the quarantine case.)
+    fn check_heartbeat(&mut self) -> Result<(), ActorProcessingErr> {
+        let Some(gpu) = self.services.gpu() else { return Ok(()) };
+        let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
+        let snap = gpu.device.snapshot(self.slot)?;
+        let pending = snap.inbox.1.wrapping_sub(snap.inbox.0);
+        if snap.generation != self.generation || pending == 0 || snap.heartbeat != w.heartbeat {
+            w.heartbeat = snap.heartbeat;
+            w.since = Instant::now();
+            return Ok(());
+        }
+        let stale = w.since.elapsed();
+        if stale < w.timeout {
+            return Ok(());
+        }
+        metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
+        tracing::warn!(child = %self.shared.id, slot = self.slot, ?stale, pending, "GPU actor hung");
+        Err(format!(
+            "GPU actor `{}` (slot {}) hung: heartbeat stale for {stale:?} with {pending} messages pending",
+            self.shared.id, self.slot
+        )
+        .into())
     }
 }
 

@@ -261,6 +261,7 @@ impl SupervisorState {
                             behaviour,
                             init: g.init_for(attempt, &child.args),
                             start_timeout: g.timeout(),
+                            heartbeat_timeout: g.watchdog(),
                         };
                         SlotActor::spawn_linked(None, SlotActor, args, sup_cell)
                             .await

@@ -68,13 +68,15 @@ const T: Duration = Duration::from_secs(5);
 
 fn tree() -> SupervisorSpec {
     let sup = |strategy| SupervisorSpec::new(strategy).intensity(10_000, Duration::from_secs(1));
+    // A short watchdog bound, so hangs injected near the end are caught soon after.
+    let watched = |behaviour: &str| GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200)));
     let gpu = |id: String, behaviour: &str, group: &str| {
-        ChildSpec::gpu(id.clone(), GpuChild::new(behaviour)).name(format!("chaos/{group}/{id}"))
+        ChildSpec::gpu(id.clone(), watched(behaviour)).name(format!("chaos/{group}/{id}"))
     };
     let counters = (0..80).fold(sup(Strategy::OneForOne), |s, i| s.child(gpu(format!("c{i}"), "counter", "counters")));
     let kv = (0..40).fold(sup(Strategy::RestForOne), |s, i| s.child(gpu(format!("k{i}"), "kv", "kv")));
     let groups = (0..40).fold(sup(Strategy::OneForAll), |s, i| s.child(gpu(format!("g{i}"), "counter", "groups")));
-    let pool = SupervisorSpec::simple(ChildSpec::gpu("p", GpuChild::new("counter")).name("chaos/pool/{id}"))
+    let pool = SupervisorSpec::simple(ChildSpec::gpu("p", watched("counter")).name("chaos/pool/{id}"))
         .intensity(10_000, Duration::from_secs(1));
     SupervisorSpec::new(Strategy::OneForOne)
         .intensity(100_000, Duration::from_secs(1))
