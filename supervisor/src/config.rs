@@ -263,7 +263,9 @@ impl Walker<'_> {
         }
         if t.contains_key("period") {
             match self.number(t, "period", path) {
-                Some(p) if p > 0.0 && p.is_finite() => spec.period = Duration::from_secs_f64(p),
+                Some(p) if p > 0.0 && p.is_finite() && Duration::try_from_secs_f64(p).is_ok() => {
+                    spec.period = Duration::from_secs_f64(p)
+                }
                 Some(p) => {
                     self.err(&format!("{path}.period"), format!("must be a positive number of seconds, found {p}"))
                 }
