@@ -28,6 +28,14 @@ async fn chaos(seed: u64) {
     assert_eq!(report.free_slots_after, 256 - report.gpu_children, "slots leaked");
     assert!(report.faults.len() == 5, "every fault kind injected: {:?}", report.faults);
     assert!(report.restarts > 0);
+    // Bounded memory: what the process holds at the end of the faults is not far above what it held a
+    // quarter in (allocator slack aside), whatever the duration.
+    assert!(
+        report.rss_end <= report.rss_early + (64 << 20),
+        "memory grew: {} -> {} bytes",
+        report.rss_early,
+        report.rss_end
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,15 @@ pub struct ChaosReport {
     pub free_slots_before: usize,
     pub free_slots_after: usize,
     pub gpu_children: usize,
+    /// Resident memory a quarter into the fault phase and at its end, bytes.
+    pub rss_early: u64,
+    pub rss_end: u64,
+}
+
+/// Resident set size of this process, bytes (0 where /proc is missing).
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096
 }
 
 impl ChaosReport {
@@ -60,6 +69,11 @@ impl ChaosReport {
         t += &format!("| dead letters | {} |\n", self.dead_letters);
         t += &format!("| converged after the last fault | {:?} |\n", self.converged);
         t += &format!("| free slots before / after | {} / {} |\n", self.free_slots_before, self.free_slots_after);
+        t += &format!(
+            "| resident memory early / end of faults | {} / {} MiB |\n",
+            self.rss_early >> 20,
+            self.rss_end >> 20
+        );
         t
     }
 }
@@ -135,7 +149,21 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         pool.start_dynamic(Vec::new()).await.expect("pool child");
     }
     let mut report = ChaosReport { free_slots_before: rt.services().free_slots(), ..Default::default() };
+    // Tree events are counted as they come (a soak must not queue them).
+    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let mut events = rt.services().events().subscribe();
+    let counter = {
+        let counts = counts.clone();
+        tokio::spawn(async move {
+            while let Some(e) = events.recv().await {
+                match e {
+                    TreeEvent::Restarting { .. } => counts.0.fetch_add(1, Ordering::Relaxed),
+                    TreeEvent::IntensityReached { .. } => counts.1.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+            }
+        })
+    };
     let workers: Vec<String> = rt.find("chaos/*/*").expect("pattern").into_iter().map(|(n, _)| n).collect();
     let supervisors: Vec<String> = rt.find("chaos/*").expect("pattern").into_iter().map(|(n, _)| n).collect();
     assert!(workers.len() >= 200, "at least 200 GPU actors, found {}", workers.len());
@@ -180,6 +208,9 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     let mut schedule = ChaosSchedule::new(cfg.seed, &InjectedFault::ALL);
     let started = Instant::now();
     while started.elapsed() < cfg.duration {
+        if report.rss_early == 0 && started.elapsed() >= cfg.duration / 4 {
+            report.rss_early = rss_bytes();
+        }
         let (fault, _) = schedule.next(1).expect("kinds");
         let pool = if fault == InjectedFault::KillSupervisor { &supervisors } else { &workers };
         let target = &pool[schedule.pick(pool.len())];
@@ -191,6 +222,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         tokio::time::sleep(cfg.fault_every).await;
     }
     let last_fault = Instant::now();
+    report.rss_end = rss_bytes();
     // Convergence: every child every supervisor lists is running again.
     let deadline = last_fault + Duration::from_secs(20);
     loop {
@@ -212,13 +244,8 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     let (gpu_children, _) = walk(rt.root()).await;
     report.gpu_children = gpu_children;
     report.free_slots_after = rt.services().free_slots();
-    while let Ok(e) = events.try_recv() {
-        match e {
-            TreeEvent::Restarting { .. } => report.restarts += 1,
-            TreeEvent::IntensityReached { .. } => report.escalations += 1,
-            _ => {}
-        }
-    }
+    report.restarts = counts.0.load(Ordering::Relaxed);
+    report.escalations = counts.1.load(Ordering::Relaxed);
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     report.handed = load(&tally.handed);
     report.answered = load(&tally.answered);
@@ -229,6 +256,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     report.other_errors = tally.other.lock().unwrap().clone();
     report.dead_letters = rt.dead_letters().stats();
     rt.shutdown().await;
+    counter.abort();
     report
 }
 
