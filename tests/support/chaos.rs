@@ -78,20 +78,29 @@ impl ChaosReport {
     }
 }
 
-const T: Duration = Duration::from_secs(5);
+/// A call's bound: long enough that no call times out under the heaviest chaos (a timed-out call could not
+/// be classified as answered or dead-lettered).
+const T: Duration = Duration::from_secs(30);
 
 fn tree() -> SupervisorSpec {
     let sup = |strategy| SupervisorSpec::new(strategy).intensity(10_000, Duration::from_secs(1));
     // A short watchdog bound, so hangs injected near the end are caught soon after.
     let watched = |behaviour: &str| GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200)));
+    // A short shutdown bound too: a group restart stops hung siblings, and a hung actor never drains.
     let gpu = |id: String, behaviour: &str, group: &str| {
-        ChildSpec::gpu(id.clone(), watched(behaviour)).name(format!("chaos/{group}/{id}"))
+        ChildSpec::gpu(id.clone(), watched(behaviour))
+            .name(format!("chaos/{group}/{id}"))
+            .shutdown(Shutdown::Timeout(Duration::from_millis(100)))
     };
     let counters = (0..80).fold(sup(Strategy::OneForOne), |s, i| s.child(gpu(format!("c{i}"), "counter", "counters")));
     let kv = (0..40).fold(sup(Strategy::RestForOne), |s, i| s.child(gpu(format!("k{i}"), "kv", "kv")));
     let groups = (0..40).fold(sup(Strategy::OneForAll), |s, i| s.child(gpu(format!("g{i}"), "counter", "groups")));
-    let pool = SupervisorSpec::simple(ChildSpec::gpu("p", watched("counter")).name("chaos/pool/{id}"))
-        .intensity(10_000, Duration::from_secs(1));
+    let pool = SupervisorSpec::simple(
+        ChildSpec::gpu("p", watched("counter"))
+            .name("chaos/pool/{id}")
+            .shutdown(Shutdown::Timeout(Duration::from_millis(100))),
+    )
+    .intensity(10_000, Duration::from_secs(1));
     SupervisorSpec::new(Strategy::OneForOne)
         .intensity(100_000, Duration::from_secs(1))
         .child(ChildSpec::supervisor("counters", counters).name("chaos/counters"))
