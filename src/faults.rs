@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use ringvisor_device::{DeviceError, Fault};
-use ringvisor_supervisor::{ChildRef, RegistryError, Services};
+use ringvisor_supervisor::{ChildRef, EventFault, RegistryError, Services};
 
 /// A fault to inject into one child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,12 +35,24 @@ pub enum InjectedFault {
     /// Device: the actor stops making progress and its heartbeat stops (the stall bit of its control
     /// block), for the given time or, with `None`, until the watchdog fails it (or it is killed).
     Hang(Option<Duration>),
+    /// Host: the slot's device events do not reach its slot actor for this long (the watchdog notices an
+    /// actor that failed or ended unheard).
+    DropEvents(Duration),
+    /// Host: the slot's device events reach its slot actor this much later, for the next second.
+    DelayEvents(Duration),
 }
 
 impl InjectedFault {
     /// Every kind, for schedules and summaries.
-    pub const ALL: [InjectedFault; 5] =
-        [Self::CrashNextMessage, Self::KillDeviceActor, Self::KillActor, Self::KillSupervisor, Self::Hang(None)];
+    pub const ALL: [InjectedFault; 7] = [
+        Self::CrashNextMessage,
+        Self::KillDeviceActor,
+        Self::KillActor,
+        Self::KillSupervisor,
+        Self::Hang(None),
+        Self::DropEvents(Duration::from_millis(300)),
+        Self::DelayEvents(Duration::from_millis(20)),
+    ];
 
     /// Short label.
     pub fn label(self) -> &'static str {
@@ -50,6 +62,8 @@ impl InjectedFault {
             Self::KillActor => "kill_actor",
             Self::KillSupervisor => "kill_supervisor",
             Self::Hang(_) => "hang",
+            Self::DropEvents(_) => "drop_events",
+            Self::DelayEvents(_) => "delay_events",
         }
     }
 }
@@ -120,6 +134,14 @@ impl<'a> FaultInjector<'a> {
                 }
                 tracing::info!(child = child.id(), fault = fault.label(), "fault injected");
                 Ok(true)
+            }
+            InjectedFault::DropEvents(d) | InjectedFault::DelayEvents(d) => {
+                let (fault, duration) = match fault {
+                    InjectedFault::DropEvents(_) => (EventFault::Drop, d),
+                    _ => (EventFault::Delay(d), Duration::from_secs(1)),
+                };
+                let Some(name) = child.name() else { return Ok(false) };
+                Ok(self.services.inject_event_fault(name, fault, duration))
             }
             InjectedFault::KillActor if !is_supervisor => {
                 actor.kill();

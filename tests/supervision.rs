@@ -250,3 +250,48 @@ async fn the_watchdog_fails_a_hung_child_and_supervision_restarts_it() {
     assert_eq!(rt.dead_letters().stats().count(DeadLetterReason::LeftInInbox), 1);
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_whose_event_is_lost_is_caught_by_the_watchdog_and_a_late_one_still_acts() {
+    use ringvisor::faults::InjectedFault;
+    let watched = |b: &str| GpuChild::new(b).heartbeat_timeout(Some(Duration::from_millis(100)));
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(5, Duration::from_secs(5))
+        .child(ChildSpec::gpu("lost", watched("counter")).name("app/lost"))
+        .child(ChildSpec::gpu("late", watched("counter")).name("app/late"));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    // lost: its Failed event never reaches the slot actor; the watchdog sees the incarnation ended unheard.
+    rt.faults().inject("app/lost", InjectedFault::DropEvents(Duration::from_secs(30))).unwrap();
+    rt.faults().inject("app/lost", InjectedFault::CrashNextMessage).unwrap();
+    let lost = rt.gpu("app/lost").unwrap();
+    lost.send(&1i64.to_le_bytes()).unwrap();
+    let (child, reason) = loop {
+        if let TreeEvent::ChildExited { child, reason, .. } =
+            tokio::time::timeout(T, events.recv()).await.unwrap().unwrap()
+        {
+            break (child, reason);
+        }
+    };
+    assert_eq!(child, "lost");
+    assert!(matches!(&reason, ExitReason::Abnormal(why) if why.contains("no event told the host")), "{reason:?}");
+    assert_eq!(total(&lost, 3).await, 3, "restarted");
+    // late: its events arrive 150 ms late; the restart happens, no sooner.
+    rt.faults().inject("app/late", InjectedFault::DelayEvents(Duration::from_millis(150))).unwrap();
+    rt.faults().inject("app/late", InjectedFault::CrashNextMessage).unwrap();
+    let late = rt.gpu("app/late").unwrap();
+    let crashed_at = Instant::now();
+    late.send(&1i64.to_le_bytes()).unwrap();
+    loop {
+        if let TreeEvent::ChildExited { child, .. } = tokio::time::timeout(T, events.recv()).await.unwrap().unwrap() {
+            assert_eq!(child, "late");
+            break;
+        }
+    }
+    assert!(
+        crashed_at.elapsed() >= Duration::from_millis(100),
+        "acted on the late event (or the watchdog), not before"
+    );
+    assert_eq!(total(&late, 4).await, 4, "restarted");
+    rt.shutdown().await;
+}

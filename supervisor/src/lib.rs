@@ -33,7 +33,7 @@ pub use events::{TreeEvent, TreeEvents};
 pub use handle::{ChildRef, ChildStatus, GpuActorRef};
 pub use reason::{stop_reason, ExitReason};
 pub use registry::{Registry, RegistryError, RegistryEvent};
-pub use services::Services;
+pub use services::{EventFault, Services};
 pub use slot_actor::SlotMsg;
 pub use spec::{AutoShutdown, Backoff, ChildSpec, ChildStart, ChildType, Restart, Shutdown, Strategy, SupervisorSpec};
 pub use supervisor::{

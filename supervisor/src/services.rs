@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use ractor::ActorRef;
@@ -59,6 +60,18 @@ pub(crate) struct GpuServices {
     pub(crate) device: Device,
     pub(crate) slots: SlotPool,
     bindings: DashMap<u32, SlotBinding>,
+    /// Injected faults on the path from the device to slot actors (tests only).
+    event_faults: DashMap<u32, (EventFault, Instant)>,
+}
+
+/// A fault on the path of a slot's device events to its slot actor (dead-letter accounting is not
+/// affected: only what the supervision layer learns, and when).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventFault {
+    /// The slot's events are not delivered to its slot actor.
+    Drop,
+    /// The slot's events reach its slot actor this much later.
+    Delay(Duration),
 }
 
 impl GpuServices {
@@ -102,9 +115,32 @@ impl GpuServices {
                 u.envelope.payload().to_vec(),
             );
         }
-        if let Some(actor) = actor {
-            let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
+        let Some(actor) = actor else { return };
+        let fault = self.event_faults.get(&slot).map(|f| *f.value());
+        match fault {
+            Some((_, until)) if Instant::now() >= until => {
+                self.event_faults.remove(&slot);
+                let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
+            }
+            Some((EventFault::Drop, _)) => {
+                tracing::debug!(slot, kind = ?event.event.kind, "device event dropped (fault)")
+            }
+            Some((EventFault::Delay(d), _)) => {
+                let ev = event.event.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(d);
+                    let _ = actor.send_message(SlotMsg::Device(ev));
+                });
+            }
+            None => {
+                let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
+            }
         }
+    }
+
+    /// Applies `fault` to `slot`'s events for `duration`.
+    pub(crate) fn inject_event_fault(&self, slot: u32, fault: EventFault, duration: Duration) {
+        self.event_faults.insert(slot, (fault, Instant::now() + duration));
     }
 }
 
@@ -137,8 +173,12 @@ impl Services {
 
     /// Like [`Services::with_device`], with a dead-letter queue configured by the caller.
     pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> Self {
-        let gpu =
-            GpuServices { slots: SlotPool::new(device.slot_count()), bindings: DashMap::new(), device: device.clone() };
+        let gpu = GpuServices {
+            slots: SlotPool::new(device.slot_count()),
+            bindings: DashMap::new(),
+            event_faults: DashMap::new(),
+            device: device.clone(),
+        };
         let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let weak = weak.clone();
             let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
@@ -238,6 +278,18 @@ impl Services {
             dead_letters.count_redelivered();
         }
         sent
+    }
+
+    /// Fault injection: for `duration`, drop or delay the device events of the GPU child registered as
+    /// `name` on their way to its slot actor. Returns false if `name` is not a GPU child.
+    pub fn inject_event_fault(&self, name: &str, fault: EventFault, duration: Duration) -> bool {
+        match (self.registry().lookup(name).and_then(|c| c.gpu()), self.gpu()) {
+            (Some(actor), Some(gpu)) => {
+                gpu.inject_event_fault(actor.slot(), fault, duration);
+                true
+            }
+            _ => false,
+        }
     }
 
     pub(crate) fn gpu(&self) -> Option<&GpuServices> {

@@ -45,6 +45,8 @@ struct Watchdog {
     timeout: Duration,
     heartbeat: u64,
     since: Instant,
+    /// Since when the device has shown this incarnation ended (Failed/Terminated) without the host hearing.
+    ended_since: Option<Instant>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -108,6 +110,7 @@ impl Actor for SlotActor {
             timeout,
             heartbeat: 0,
             since: Instant::now(),
+            ended_since: None,
             ticker: Some(myself.send_interval(timeout / 4, || SlotMsg::Watchdog)),
         });
         Ok(SlotActorState { shared: args.shared, services: args.services, slot, generation, watchdog })
@@ -175,6 +178,22 @@ impl SlotActorState {
         let Some(gpu) = self.services.gpu() else { return Ok(()) };
         let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
         let snap = gpu.device.snapshot(self.slot)?;
+        // An incarnation that ended (its event lost or late) for a whole timeout is treated as failed.
+        let ended =
+            snap.generation == self.generation && matches!(snap.state, SlotState::Failed | SlotState::Terminated);
+        match (ended, w.ended_since) {
+            (false, _) => w.ended_since = None,
+            (true, None) => w.ended_since = Some(Instant::now()),
+            (true, Some(t)) if t.elapsed() >= w.timeout => {
+                metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
+                return Err(format!(
+                    "GPU actor `{}` (slot {}) ended ({:?}) and no event told the host",
+                    self.shared.id, self.slot, snap.state
+                )
+                .into());
+            }
+            (true, Some(_)) => {}
+        }
         let pending = snap.inbox.1.wrapping_sub(snap.inbox.0);
         if snap.generation != self.generation || pending == 0 || snap.heartbeat != w.heartbeat {
             w.heartbeat = snap.heartbeat;
