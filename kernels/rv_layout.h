@@ -67,6 +67,7 @@
 /* Fault-injection bits (control block, host-written line). Executed by the device code. */
 #define RV_FAULT_CRASH_NEXT 1u /* fail with RV_ERR_INJECTED on the next message */
 #define RV_FAULT_STALL 2u      /* stop making progress (and stop the heartbeat) while set */
+#define RV_FAULT_CORRUPT_NEXT 4u /* the next host message is treated as a corrupt envelope */
 
 /* Result and error codes. 0 = ok; > 0 = failure codes; RV_STALL: "not now, try again later". */
 #define RV_OK 0

@@ -25,6 +25,9 @@ use ringvisor_supervisor::{ChildRef, EventFault, RegistryError, Services};
 pub enum InjectedFault {
     /// Device: the actor fails on the next message it processes (that message becomes a poison letter).
     CrashNextMessage,
+    /// Device: the next host message is handled as a corrupt envelope: answered with a `BadEnvelope` error,
+    /// counted, and the actor keeps running (nothing to supervise; nothing lost).
+    CorruptNextEnvelope,
     /// Device: block 0 kills the actor (its queued messages are handed back); the slot actor exits `killed`.
     KillDeviceActor,
     /// Host: the slot actor mirroring a GPU child (or any host actor child) is killed; its supervisor sees
@@ -44,8 +47,9 @@ pub enum InjectedFault {
 
 impl InjectedFault {
     /// Every kind, for schedules and summaries.
-    pub const ALL: [InjectedFault; 7] = [
+    pub const ALL: [InjectedFault; 8] = [
         Self::CrashNextMessage,
+        Self::CorruptNextEnvelope,
         Self::KillDeviceActor,
         Self::KillActor,
         Self::KillSupervisor,
@@ -58,6 +62,7 @@ impl InjectedFault {
     pub fn label(self) -> &'static str {
         match self {
             Self::CrashNextMessage => "crash_next_message",
+            Self::CorruptNextEnvelope => "corrupt_next_envelope",
             Self::KillDeviceActor => "kill_device_actor",
             Self::KillActor => "kill_actor",
             Self::KillSupervisor => "kill_supervisor",
@@ -111,10 +116,14 @@ impl<'a> FaultInjector<'a> {
         let Some(actor) = child.actor() else { return Ok(false) };
         let is_supervisor = ringvisor_supervisor::SupervisorRef::from_child(child).is_some();
         match fault {
-            InjectedFault::CrashNextMessage | InjectedFault::KillDeviceActor | InjectedFault::Hang(_) => {
+            InjectedFault::CrashNextMessage
+            | InjectedFault::CorruptNextEnvelope
+            | InjectedFault::KillDeviceActor
+            | InjectedFault::Hang(_) => {
                 let (Some(gpu), Some(device)) = (child.gpu(), self.services.device()) else { return Ok(false) };
                 match fault {
                     InjectedFault::CrashNextMessage => device.inject(gpu.slot(), Fault::CrashNextMessage)?,
+                    InjectedFault::CorruptNextEnvelope => device.inject(gpu.slot(), Fault::CorruptNextEnvelope)?,
                     InjectedFault::Hang(duration) => {
                         device.inject(gpu.slot(), Fault::Stall)?;
                         if let Some(d) = duration {

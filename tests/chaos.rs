@@ -26,7 +26,7 @@ async fn chaos(seed: u64) {
     assert_eq!(report.dead_letters.total(), dead, "one dead letter per call not answered ({})", report.dead_letters);
     assert!(report.converged.is_some(), "not running 20 s after the last fault: {:?}", report.not_running);
     assert_eq!(report.free_slots_after, 256 - report.gpu_children, "slots leaked");
-    assert!(report.faults.len() == 7, "every fault kind injected: {:?}", report.faults);
+    assert!(report.faults.len() == 8, "every fault kind injected: {:?}", report.faults);
     assert!(report.restarts > 0);
     // Bounded memory: what the process holds at the end of the faults is not far above what it held a
     // quarter in (allocator slack aside), whatever the duration.

@@ -185,6 +185,9 @@ pub enum Fault {
     Stall,
     /// Clear a `Stall`.
     ClearStall,
+    /// Handle the next host message as a corrupt envelope: it is answered with a `BadEnvelope` error (and
+    /// counted in `bad_envelopes`); the actor keeps running.
+    CorruptNextEnvelope,
 }
 
 /// A command submitted to block 0; resolves when the device reports its outcome.
@@ -892,7 +895,11 @@ impl Device {
         let mut host = lock(&self.inner.slots[slot as usize]);
         match fault {
             Fault::CrashNextMessage => {
-                host.fault_flags |= RV_FAULT_CRASH_NEXT;
+                host.fault_flags = (host.fault_flags | RV_FAULT_CRASH_NEXT) & !RV_FAULT_CORRUPT_NEXT;
+                host.fault_seq = host.fault_seq.wrapping_add(1);
+            }
+            Fault::CorruptNextEnvelope => {
+                host.fault_flags = (host.fault_flags | RV_FAULT_CORRUPT_NEXT) & !RV_FAULT_CRASH_NEXT;
                 host.fault_seq = host.fault_seq.wrapping_add(1);
             }
             Fault::Stall => host.fault_flags |= RV_FAULT_STALL,

@@ -70,6 +70,8 @@ pub const RV_FLAG_NO_REPLY: u32 = 1;
 pub const RV_FAULT_CRASH_NEXT: u32 = 1;
 /// Fault-injection bit: make no progress while set.
 pub const RV_FAULT_STALL: u32 = 2;
+/// Fault-injection bit: treat the next host message as a corrupt envelope (answered with an error).
+pub const RV_FAULT_CORRUPT_NEXT: u32 = 4;
 
 /// Result codes shared with the device.
 pub const RV_OK: i32 = 0;

@@ -198,6 +198,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_FLAG_NO_REPLY,
             RV_FAULT_CRASH_NEXT,
             RV_FAULT_STALL,
+            RV_FAULT_CORRUPT_NEXT,
             RV_OK,
             RV_STALL,
             RV_ERR_SLOT_RANGE,

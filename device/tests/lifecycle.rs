@@ -226,3 +226,15 @@ fn init_failure_is_a_create_error_and_leaves_the_slot_failed() {
     let ok = d.restart(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
     assert_eq!((ok.event.kind, ok.event.generation), (EventKind::Restarted, 2));
 }
+
+#[test]
+fn a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running() {
+    let d = open(2);
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, Fault::CorruptNextEnvelope).unwrap();
+    let e = d.call(0, &5i64.to_le_bytes(), T).unwrap_err();
+    assert!(matches!(e, DeviceError::ErrorReply { code: DeviceCode::BadEnvelope, .. }), "{e:?}");
+    let snap = d.snapshot(0).unwrap();
+    assert_eq!((snap.state, snap.bad_envelopes, snap.messages_processed), (SlotState::Active, 1, 0));
+    assert_eq!(i64_of(&d.call(0, &7i64.to_le_bytes(), T).unwrap()), 7, "only one message, and it was not counted");
+}

@@ -197,7 +197,8 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                     };
                     tally.handed.fetch_add(1, Ordering::Relaxed);
                     let outcome = match actor.call(&payload, T).await {
-                        Ok(_) => &tally.answered,
+                        // An error answer (a corrupt envelope) is an answer.
+                        Ok(_) | Err(SendError::Device(DeviceError::ErrorReply { .. })) => &tally.answered,
                         Err(SendError::Device(DeviceError::Undelivered { .. })) => &tally.undelivered,
                         Err(SendError::Gone { .. }) => &tally.gone,
                         Err(SendError::InboxFull) => &tally.inbox_full,
