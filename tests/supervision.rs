@@ -295,3 +295,26 @@ async fn a_failure_whose_event_is_lost_is_caught_by_the_watchdog_and_a_late_one_
     assert_eq!(total(&late, 4).await, 4, "restarted");
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_sends_batches_through_restarts() {
+    let backoff = Backoff::exponential(Duration::from_millis(200), Duration::from_millis(200)).jitter(0.0);
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("b").backoff(backoff));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let b = rt.gpu("app/b").unwrap();
+    let deltas: Vec<[u8; 8]> = (1..=10i64).map(|v| v.to_le_bytes()).collect();
+    assert_eq!(b.send_batch(&deltas).unwrap(), 10);
+    assert_eq!(total(&b, 0).await, 55);
+    // While it restarts (a 200 ms backoff after a crash), a batch waits for the new incarnation.
+    rt.device().inject(b.slot(), Fault::CrashNextMessage).unwrap();
+    b.send(&1i64.to_le_bytes()).unwrap();
+    eventually("restarting", || b.status() == ChildStatus::Restarting).await;
+    assert_eq!(b.send_batch(&deltas[..4]).unwrap(), 4);
+    assert_eq!(total(&b, 0).await, 10, "1 + 2 + 3 + 4 on fresh state");
+    let too_big = [vec![0u8; 200]];
+    assert!(matches!(b.send_batch(&too_big), Err(SendError::PayloadTooLarge { .. })));
+    rt.root().terminate_child("b").await.unwrap();
+    assert!(matches!(b.send_batch(&deltas[..2]), Err(SendError::Gone { .. })));
+    assert_eq!(rt.dead_letters().stats().count(DeadLetterReason::DeadTarget), 2);
+    rt.shutdown().await;
+}

@@ -290,6 +290,41 @@ impl GpuActorRef {
         }
     }
 
+    /// Sends one-way messages in one go (one lock, one publication, one wake-up on the device), in order.
+    /// Returns how many were accepted: the rest did not fit in the inbox and were not handed over (no dead
+    /// letter): send them again. While the child restarts, they wait for the new incarnation (up to an
+    /// inbox's worth); to a child gone for good they are dead letters and an error.
+    pub fn send_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<usize, SendError> {
+        let gpu = self.gpu();
+        if let Some(p) = payloads.iter().find(|p| p.as_ref().len() > ringvisor_device::PAYLOAD_BYTES) {
+            return Err(SendError::PayloadTooLarge { len: p.as_ref().len(), max: ringvisor_device::PAYLOAD_BYTES });
+        }
+        let mut parked = lock(&gpu.parked);
+        let status = self.shared.status();
+        if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+            drop(parked);
+            for p in payloads {
+                self.dead_letter(DeadLetterReason::DeadTarget, p.as_ref());
+            }
+            return Err(SendError::Gone { status });
+        }
+        let park_all = |parked: &mut VecDeque<Vec<u8>>| {
+            let room = (gpu.device.inbox_capacity() as usize).saturating_sub(parked.len());
+            let n = room.min(payloads.len());
+            parked.extend(payloads[..n].iter().map(|p| p.as_ref().to_vec()));
+            Ok(n)
+        };
+        if !parked.is_empty() {
+            return park_all(&mut parked);
+        }
+        match gpu.device.send_batch(gpu.slot, payloads) {
+            Ok(n) => Ok(n),
+            Err(DeviceError::InboxFull { .. }) => Ok(0),
+            Err(DeviceError::NotAccepting { .. }) => park_all(&mut parked),
+            Err(e) => Err(SendError::Device(e)),
+        }
+    }
+
     fn park(&self, parked: &mut VecDeque<Vec<u8>>, payload: &[u8]) -> Result<(), SendError> {
         let gpu = self.gpu();
         if parked.len() >= gpu.device.inbox_capacity() as usize {
