@@ -127,10 +127,17 @@ fn glob_matches(glob: &str, seg: &str) -> bool {
     chars.next().is_none()
 }
 
+/// A child segment's key: its length in bytes, then the segment. Ordered so that a glob (`s1?`: fixed length,
+/// literal prefix) is one range query visiting only the names of its length with its prefix.
+type SegKey = (usize, String);
+
+fn key(seg: &str) -> SegKey {
+    (seg.len(), seg.to_string())
+}
+
 #[derive(Default)]
 struct Node {
-    /// Ordered, so a segment glob with a literal prefix (`s1?`) scans only the names with that prefix.
-    children: BTreeMap<String, Node>,
+    children: BTreeMap<SegKey, Node>,
     /// The child bound to the name that ends here.
     value: Option<ChildRef>,
 }
@@ -139,7 +146,7 @@ impl Node {
     fn insert(&mut self, segs: &[&str], child: ChildRef) {
         match segs.split_first() {
             None => self.value = Some(child),
-            Some((first, rest)) => self.children.entry((*first).to_string()).or_default().insert(rest, child),
+            Some((first, rest)) => self.children.entry(key(first)).or_default().insert(rest, child),
         }
     }
 
@@ -148,9 +155,10 @@ impl Node {
         match segs.split_first() {
             None => self.value = None,
             Some((first, rest)) => {
-                if let Some(child) = self.children.get_mut(*first) {
+                let k = key(first);
+                if let Some(child) = self.children.get_mut(&k) {
                     if child.remove(rest) {
-                        self.children.remove(*first);
+                        self.children.remove(&k);
                     }
                 }
             }
@@ -185,31 +193,32 @@ impl Node {
         }
         match *first {
             Seg::Literal(lit) => {
-                if let Some(child) = self.children.get(lit) {
+                if let Some(child) = self.children.get(&key(lit)) {
                     descend(lit, child, rest, path, out, visits);
                 }
             }
             Seg::Glob(glob) => {
+                // `?` is one character; names are ASCII (checked at bind), so one byte.
                 let prefix = &glob[..glob.find('?').unwrap_or(glob.len())];
                 let candidates = self
                     .children
-                    .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-                    .take_while(|(name, _)| name.starts_with(prefix));
-                for (name, child) in candidates {
+                    .range((glob.len(), prefix.to_string())..)
+                    .take_while(|((len, name), _)| *len == glob.len() && name.starts_with(prefix));
+                for ((_, name), child) in candidates {
                     if glob_matches(glob, name) {
                         descend(name, child, rest, path, out, visits);
                     }
                 }
             }
             Seg::Any => {
-                for (name, child) in &self.children {
+                for ((_, name), child) in &self.children {
                     descend(name, child, rest, path, out, visits);
                 }
             }
             Seg::AnyDepth => {
                 // Zero segments here, or one segment and `**` again.
                 self.collect(rest, path, out, visits);
-                for (name, child) in &self.children {
+                for ((_, name), child) in &self.children {
                     descend(name, child, pat, path, out, visits);
                 }
             }
