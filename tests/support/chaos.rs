@@ -94,7 +94,10 @@ fn tree() -> SupervisorSpec {
     };
     let counters = (0..80).fold(sup(Strategy::OneForOne), |s, i| s.child(gpu(format!("c{i}"), "counter", "counters")));
     let kv = (0..40).fold(sup(Strategy::RestForOne), |s, i| s.child(gpu(format!("k{i}"), "kv", "kv")));
-    let groups = (0..40).fold(sup(Strategy::OneForAll), |s, i| s.child(gpu(format!("g{i}"), "counter", "groups")));
+    // The one_for_all group has a low intensity: under chaos it gives up, and its parent restarts it (escalation).
+    let groups = (0..40).fold(SupervisorSpec::new(Strategy::OneForAll).intensity(1, Duration::from_secs(1)), |s, i| {
+        s.child(gpu(format!("g{i}"), "counter", "groups"))
+    });
     let pool = SupervisorSpec::simple(
         ChildSpec::gpu("p", watched("counter"))
             .name("chaos/pool/{id}")
