@@ -469,11 +469,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         ctx.msg = msg;
         ctx.hlc = rv_hlc_next(ctx.hlc, msg->hlc, now);
         int rc;
-        /* Injected corruption: this message is handled as if its header were corrupt (the inbox cell is the
-         * host's and is not written). */
-        uint32_t corrupt_seq = rv_load_acquire_u32(&cb->fault_seq);
-        int corrupt = (faults & RV_FAULT_CORRUPT_NEXT) && corrupt_seq != cb->fault_ack;
-        if (corrupt) cb->fault_ack = corrupt_seq;
+        /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
+         * corrupt (the inbox cell is the host's and is not written). */
+        uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
+        int corrupt = (faults & RV_FAULT_CORRUPT_NEXT) && fault_seq != cb->fault_ack;
+        if (corrupt) cb->fault_ack = fault_seq;
         if (corrupt || !rv_envelope_valid(msg, slot)) {
             cb->bad_envelopes += 1;
             rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
@@ -483,7 +483,6 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             done += 1;
             continue;
         }
-        uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
         if ((faults & RV_FAULT_CRASH_NEXT) && fault_seq != cb->fault_ack) {
             cb->fault_ack = fault_seq;
             rc = RV_ERR_INJECTED;

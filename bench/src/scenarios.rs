@@ -374,9 +374,19 @@ fn crashy(id: &str) -> ChildSpec {
     ChildSpec::actor(id, |ctx: StartContext| async move { ctx.spawn_linked(Crashy, ()).await })
 }
 
-async fn crash_host(child: &ChildRef) {
-    let actor: ActorRef<()> = child.actor().expect("running").into();
-    actor.cast(()).expect("cast");
+/// Crashes a child: a GPU child through the device (the next message fails it), a `Crashy` host child by
+/// the message it fails on.
+async fn crash(r: &ringvisor::Runtime, child: &ChildRef) {
+    match child.gpu() {
+        Some(g) => {
+            r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
+            g.send(&1i64.to_le_bytes()).expect("send");
+        }
+        None => {
+            let actor: ActorRef<()> = child.actor().expect("running").into();
+            actor.cast(()).expect("cast");
+        }
+    }
 }
 
 async fn wait_starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent>, n: usize) {
@@ -403,13 +413,7 @@ pub fn restart_latency(gpu: bool, n: usize) -> Summary {
         let mut samples = Vec::with_capacity(n);
         for _ in 0..(n + n / 10) {
             let t0 = Instant::now();
-            match handle.gpu() {
-                Some(g) => {
-                    r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
-                    g.send(&1i64.to_le_bytes()).expect("send");
-                }
-                None => crash_host(&handle).await,
-            }
+            crash(&r, &handle).await;
             wait_starts(&mut events, 1).await;
             samples.push(elapsed_ns(t0));
         }
@@ -441,13 +445,7 @@ pub fn group_restart(gpu: bool, children: u32, n: usize) -> Summary {
         for _ in 0..n {
             let victim = r.registry().lookup("b/c0").expect("child");
             let t0 = Instant::now();
-            match victim.gpu() {
-                Some(g) => {
-                    r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
-                    g.send(&1i64.to_le_bytes()).expect("send");
-                }
-                None => crash_host(&victim).await,
-            }
+            crash(&r, &victim).await;
             wait_starts(&mut events, children as usize).await;
             samples.push(elapsed_ns(t0));
         }

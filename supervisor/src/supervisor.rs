@@ -233,6 +233,20 @@ impl SupervisorState {
         }
     }
 
+    /// A child that ended and is not restarted: OTP `del_child`. Temporary and dynamic children are dropped;
+    /// the others keep their spec, their handles see `Stopped`, and a failed device actor is killed.
+    fn stop_keeping_spec(&mut self, idx: usize) {
+        let child = &self.children[idx];
+        if child.spec.restart == Restart::Temporary || self.strategy == Strategy::SimpleOneForOne {
+            self.remove_child(idx);
+        } else {
+            child.shared.set_down(ChildStatus::Stopped);
+            if let Some(slot) = child.slot {
+                retire_slot(&self.services, slot);
+            }
+        }
+    }
+
     fn remove_child(&mut self, idx: usize) {
         let child = self.children.remove(idx);
         self.retire(child);
@@ -457,14 +471,7 @@ impl SupervisorState {
             return self.restart(myself, idx, false).await;
         }
         let significant = child.spec.significant;
-        if child.spec.restart == Restart::Temporary || self.strategy == Strategy::SimpleOneForOne {
-            self.remove_child(idx);
-        } else {
-            child.shared.set_down(ChildStatus::Stopped);
-            if let Some(slot) = child.slot {
-                retire_slot(&self.services, slot);
-            }
-        }
+        self.stop_keeping_spec(idx);
         self.record_gauges();
         if significant && self.auto_shutdown_due() {
             tracing::info!(supervisor = %self.id, "significant child ended: auto shutdown");
@@ -580,16 +587,8 @@ impl SupervisorState {
     async fn admin_terminate_child(&mut self, id: &str) -> Result<(), SupervisorError> {
         let idx = self.find(id).ok_or_else(|| SupervisorError::NotFound(id.to_string()))?;
         self.terminate_child(idx).await;
-        let child = &mut self.children[idx];
-        child.run = Run::Undefined;
-        if child.spec.restart == Restart::Temporary || self.strategy == Strategy::SimpleOneForOne {
-            self.remove_child(idx);
-        } else {
-            child.shared.set_down(ChildStatus::Stopped);
-            if let Some(slot) = child.slot {
-                retire_slot(&self.services, slot);
-            }
-        }
+        self.children[idx].run = Run::Undefined;
+        self.stop_keeping_spec(idx);
         self.record_gauges();
         Ok(())
     }
