@@ -68,6 +68,11 @@
 #define RV_FAULT_CRASH_NEXT 1u /* fail with RV_ERR_INJECTED on the next message */
 #define RV_FAULT_STALL 2u      /* stop making progress (and stop the heartbeat) while set */
 #define RV_FAULT_CORRUPT_NEXT 4u /* the next host message is treated as a corrupt envelope */
+#define RV_FAULT_WEDGE 8u /* stuck inside the behaviour: no progress, no heartbeat, requests never acknowledged */
+
+/* Device-wide fault bits (grid header, host-written line). Executed by every step function. */
+#define RV_DEVICE_STALL 1u /* no block makes progress (block 0's heartbeat stops too) while set */
+#define RV_DEVICE_HALT 2u  /* the persistent kernel stops for good: the device is lost */
 
 /* Result and error codes. 0 = ok; > 0 = failure codes; RV_STALL: "not now, try again later". */
 #define RV_OK 0
@@ -219,7 +224,8 @@ typedef struct RV_ALIGN(64) rv_grid_header {
 
     /* line 3: host runtime flags. */
     uint32_t terminate;
-    uint8_t host_reserved[60];
+    uint32_t device_faults; /* RV_DEVICE_* bits */
+    uint8_t host_reserved[56];
 
     /* line 4: written by block 0. */
     uint64_t supervisor_heartbeat;

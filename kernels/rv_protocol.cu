@@ -379,7 +379,10 @@ RV_FN int rv_envelope_valid(const rv_envelope *e, uint32_t slot) {
 
 RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
     if (slot >= g->slot_count) return 0;
+    if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
     rv_control_block *cb = &g->blocks[slot];
+    /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
+    if (rv_load_acquire_u32(&cb->fault_flags) & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
     uint32_t seq = rv_load_acquire_u32(&cb->request_seq);
     if (seq != rv_load_relaxed_u32(&cb->request_ack)) {
@@ -771,6 +774,8 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
 RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
     rv_grid_header *h = g->header;
     uint32_t out = 0;
+    /* An injected device stall or halt: block 0 does nothing, and its heartbeat stops. */
+    if (rv_load_acquire_u32(&h->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
     rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
 
     /* 1. Slots that raised attention. */

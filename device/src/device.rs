@@ -59,6 +59,9 @@ pub struct DeviceConfig {
     pub backend: Backend,
     /// How long a command waits for room in the command ring.
     pub command_timeout: Duration,
+    /// Block 0's heartbeat stale this long = the device is lost (see [`Device::health`]); `None`: never
+    /// declared lost.
+    pub lost_after: Option<Duration>,
 }
 
 impl Default for DeviceConfig {
@@ -74,6 +77,7 @@ impl Default for DeviceConfig {
             behaviours: BehaviourSet::builtins(),
             backend: Backend::default(),
             command_timeout: Duration::from_secs(5),
+            lost_after: Some(DEFAULT_LOST_AFTER),
         }
     }
 }
@@ -112,6 +116,11 @@ impl DeviceConfig {
     /// Sets the backend.
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+    /// Sets how long block 0's heartbeat may stay stale before the device is declared lost.
+    pub fn lost_after(mut self, after: Option<Duration>) -> Self {
+        self.lost_after = after;
         self
     }
 
@@ -188,7 +197,40 @@ pub enum Fault {
     /// Handle the next host message as a corrupt envelope: it is answered with a `BadEnvelope` error (and
     /// counted in `bad_envelopes`); the actor keeps running.
     CorruptNextEnvelope,
+    /// Stuck inside the behaviour for good: no progress, no heartbeat, and requests (kill, restart, drain)
+    /// are never acknowledged, as a GPU block spinning in user code. Only [`Device::quarantine`] gets the
+    /// host past it.
+    Wedge,
 }
+
+/// A fault of the whole device, carried out by the device code through the grid header
+/// (see [`Device::inject_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceFault {
+    /// Every block, block 0 included, stops making progress (and block 0's heartbeat stops) until `Resume`.
+    Stall,
+    /// Ends a `Stall`.
+    Resume,
+    /// The persistent kernel stops for good (the CUDA kernel leaves): the device will be declared lost.
+    Halt,
+}
+
+/// Whether the device is answering, judged from block 0's heartbeat (see [`Device::health`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceHealth {
+    /// Block 0's heartbeat is moving.
+    Running,
+    /// Block 0's heartbeat has not moved for this long (a stalled executor); lost past
+    /// [`DeviceConfig::lost_after`].
+    Unresponsive(Duration),
+    /// Declared lost: every operation fails with [`DeviceError::DeviceLost`].
+    Lost,
+}
+
+/// Default of [`DeviceConfig::lost_after`].
+pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(3);
+/// Block 0's heartbeat stale this long: the device is reported [`DeviceHealth::Unresponsive`].
+const UNRESPONSIVE_AFTER: Duration = Duration::from_millis(250);
 
 /// A command submitted to block 0; resolves when the device reports its outcome.
 pub struct PendingCommand {
@@ -292,6 +334,8 @@ struct SlotHost {
     failed_tail: Option<u32>,
     fault_flags: u32,
     fault_seq: u32,
+    /// Given up on (see [`Device::quarantine`]): refuses commands and messages until the device restarts.
+    quarantined: bool,
 }
 
 #[derive(Default)]
@@ -336,6 +380,12 @@ pub(crate) struct DeviceInner {
     /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
     poll: Mutex<PollState>,
     closed: AtomicBool,
+    /// Declared lost (implies `closed`).
+    lost: AtomicBool,
+    lost_after: Option<Duration>,
+    opened: Instant,
+    /// When block 0's heartbeat was last seen moving, nanoseconds after `opened`.
+    last_beat_ns: AtomicU64,
     counters: Counters,
 }
 
@@ -401,6 +451,7 @@ impl Device {
                     failed_tail: None,
                     fault_flags: 0,
                     fault_seq: 0,
+                    quarantined: false,
                 })
             })
             .collect();
@@ -423,8 +474,13 @@ impl Device {
                 sweep: Vec::new(),
                 outbox_heads: vec![0; config.slots as usize],
                 event_head: 0,
+                heartbeat: 0,
             }),
             closed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            lost_after: config.lost_after,
+            opened: Instant::now(),
+            last_beat_ns: AtomicU64::new(0),
             counters: Counters::default(),
         });
         let weak = Arc::downgrade(&inner);
@@ -470,10 +526,7 @@ impl Device {
     }
 
     fn check_open(&self) -> Result<(), DeviceError> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(DeviceError::Closed);
-        }
-        Ok(())
+        self.inner.check_open()
     }
 
     /// Creates an actor with `behaviour` in a Dormant or Terminated slot.
@@ -570,6 +623,9 @@ impl Device {
         let inner = &self.inner;
         let cmd_id = inner.next_cmd_id.fetch_add(1, Ordering::Relaxed);
         let mut host = lock(&inner.slots[req.slot as usize]);
+        if host.quarantined {
+            return Err(DeviceError::Quarantined { slot: req.slot });
+        }
         if host.pending.is_some() {
             return Err(DeviceError::CommandInFlight { slot: req.slot });
         }
@@ -671,7 +727,7 @@ impl Device {
         let capacity = inner.grid.config().inbox_capacity;
         let mut host = lock(&inner.slots[slot as usize]);
         if !host.accepting {
-            return Err(DeviceError::NotAccepting { slot, state: host.state });
+            return Err(inner.refusal(&host, slot));
         }
         let floor = inbox_floor(&inner.grid, &mut host, slot, capacity);
         let room = capacity.saturating_sub(host.tail.wrapping_sub(floor)) as usize;
@@ -800,7 +856,7 @@ impl Device {
         loop {
             let mut host = lock(&inner.slots[slot as usize]);
             if !host.accepting {
-                return Err(DeviceError::NotAccepting { slot, state: host.state });
+                return Err(inner.refusal(&host, slot));
             }
             let floor = inbox_floor(&inner.grid, &mut host, slot, capacity);
             if host.tail.wrapping_sub(floor) < capacity {
@@ -904,11 +960,52 @@ impl Device {
             }
             Fault::Stall => host.fault_flags |= RV_FAULT_STALL,
             Fault::ClearStall => host.fault_flags &= !RV_FAULT_STALL,
+            Fault::Wedge => host.fault_flags |= RV_FAULT_WEDGE,
         }
         self.inner.grid.write_faults(slot, host.fault_flags, host.fault_seq);
         drop(host);
         self.inner.executor.wake();
         Ok(())
+    }
+
+    /// Injects a fault into the whole device through the grid header; the device code carries it out.
+    pub fn inject_device(&self, fault: DeviceFault) -> Result<(), DeviceError> {
+        self.check_open()?;
+        let bits = match fault {
+            DeviceFault::Stall => RV_DEVICE_STALL,
+            DeviceFault::Resume => 0,
+            DeviceFault::Halt => RV_DEVICE_HALT,
+        };
+        tracing::warn!(?fault, "device fault injected");
+        self.inner.grid.write_device_faults(bits);
+        self.inner.executor.wake();
+        Ok(())
+    }
+
+    /// Whether the device answers: block 0's heartbeat, as the poller last saw it. A heartbeat stale past
+    /// [`DeviceConfig::lost_after`] makes the poller declare the device lost: what it had not processed is
+    /// handed back (a [`EventKind::DeviceLost`] event per slot, reason [`UndeliveredReason::DeviceLost`]),
+    /// waiting calls and commands fail with [`DeviceError::DeviceLost`], and so does every later operation.
+    /// A lost device is not reopened in place: open a new one (the runtime does, see `ringvisor::Runtime`).
+    pub fn health(&self) -> DeviceHealth {
+        self.inner.health()
+    }
+
+    /// Gives up on `slot`, whose actor does not acknowledge commands (stuck inside its behaviour; a GPU block
+    /// cannot be preempted): the slot refuses commands and messages with [`DeviceError::Quarantined`] until
+    /// the device restarts, its queued messages are handed back (an [`EventKind::Quarantined`] event, reason
+    /// [`UndeliveredReason::Quarantined`]), a command in flight on it fails with the same error, and the
+    /// device code is told never to run it again (the wedge bit). Idempotent.
+    pub fn quarantine(&self, slot: u32) -> Result<(), DeviceError> {
+        self.check_open()?;
+        self.check_slot(slot)?;
+        self.inner.quarantine(slot);
+        Ok(())
+    }
+
+    /// Whether `slot` is quarantined.
+    pub fn is_quarantined(&self, slot: u32) -> bool {
+        slot < self.slot_count() && lock(&self.inner.slots[slot as usize]).quarantined
     }
 
     /// Device-wide counters.
@@ -942,18 +1039,169 @@ fn host_hlc() -> u64 {
 }
 
 impl DeviceInner {
+    fn check_open(&self) -> Result<(), DeviceError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(if self.lost.load(Ordering::Acquire) { DeviceError::DeviceLost } else { DeviceError::Closed });
+        }
+        Ok(())
+    }
+
+    /// Why a slot that does not accept messages refuses this one.
+    fn refusal(&self, host: &SlotHost, slot: u32) -> DeviceError {
+        if self.lost.load(Ordering::Acquire) {
+            DeviceError::DeviceLost
+        } else if host.quarantined {
+            DeviceError::Quarantined { slot }
+        } else {
+            DeviceError::NotAccepting { slot, state: host.state }
+        }
+    }
+
+    fn health(&self) -> DeviceHealth {
+        if self.lost.load(Ordering::Acquire) {
+            return DeviceHealth::Lost;
+        }
+        let seen = Duration::from_nanos(self.last_beat_ns.load(Ordering::Acquire));
+        let stale = self.opened.elapsed().saturating_sub(seen);
+        if stale >= UNRESPONSIVE_AFTER {
+            DeviceHealth::Unresponsive(stale)
+        } else {
+            DeviceHealth::Running
+        }
+    }
+
+    /// Called by the poller after each poll: follows block 0's heartbeat and declares the device lost when
+    /// it has been stale for `lost_after`. Returns true if it did.
+    fn watch_heartbeat(&self, st: &mut PollState) -> bool {
+        let (beat, _, _) = self.grid.supervisor_counters();
+        let now = self.opened.elapsed();
+        if beat != st.heartbeat {
+            st.heartbeat = beat;
+            self.last_beat_ns.store(now.as_nanos() as u64, Ordering::Release);
+            return false;
+        }
+        let stale = now.saturating_sub(Duration::from_nanos(self.last_beat_ns.load(Ordering::Acquire)));
+        match self.lost_after {
+            Some(limit) if stale >= limit => {
+                self.declare_lost(st, stale);
+                true
+            }
+            _ => {
+                if stale >= UNRESPONSIVE_AFTER {
+                    self.executor.wake(); // a parked executor would have beaten by now: make sure it is awake
+                }
+                false
+            }
+        }
+    }
+
+    /// The device stopped answering: stop it, read what it did publish, hand back what it had not processed,
+    /// and fail everything still waiting with [`DeviceError::DeviceLost`].
+    fn declare_lost(&self, st: &mut PollState, stale: Duration) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.lost.store(true, Ordering::Release);
+        tracing::error!(?stale, "device lost: block 0's heartbeat stopped");
+        self.grid.write_device_faults(RV_DEVICE_HALT);
+        self.grid.request_terminate();
+        self.executor.shutdown();
+        self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        for slot in 0..self.grid.slot_count() {
+            let mut host = lock(&self.slots[slot as usize]);
+            let live = !matches!(host.state, SlotState::Dormant) || host.tail != host.reported_until;
+            let event = self.hand_back_queued(&mut host, slot, EventKind::DeviceLost, UndeliveredReason::DeviceLost);
+            drop(host);
+            if live {
+                self.dispatch(event);
+            }
+        }
+        self.close_waiters(DeviceError::DeviceLost);
+    }
+
+    /// Host-side quarantine of a slot (see [`Device::quarantine`]).
+    fn quarantine(&self, slot: u32) {
+        let mut host = lock(&self.slots[slot as usize]);
+        if host.quarantined {
+            return;
+        }
+        host.quarantined = true;
+        host.fault_flags |= RV_FAULT_WEDGE;
+        self.grid.write_faults(slot, host.fault_flags, host.fault_seq);
+        if let Some(p) = host.pending.take() {
+            self.grid.write_pending_op(slot, RV_OP_NONE);
+            if let Some(w) = lock(&self.commands).remove(&p.cmd_id) {
+                w.complete(Err(DeviceError::Quarantined { slot }));
+            }
+        }
+        let event = self.hand_back_queued(&mut host, slot, EventKind::Quarantined, UndeliveredReason::Quarantined);
+        drop(host);
+        tracing::warn!(slot, "slot quarantined");
+        self.dispatch(event);
+    }
+
+    /// Stops `slot` accepting messages and hands back every message it has not consumed, as a host-made
+    /// event of `kind` (the caller dispatches it).
+    fn hand_back_queued(
+        &self,
+        host: &mut SlotHost,
+        slot: u32,
+        kind: EventKind,
+        reason: UndeliveredReason,
+    ) -> SlotEvent {
+        host.accepting = false;
+        let head = self.grid.inbox_head(slot);
+        let mut start = head;
+        if at_or_after(host.reported_until, start) {
+            start = host.reported_until;
+        }
+        let mut undelivered = Vec::new();
+        if at_or_after(host.tail, start) && host.tail.wrapping_sub(start) <= self.grid.config().inbox_capacity {
+            let mut i = start;
+            while i != host.tail {
+                if host.poison_reported != Some(i) {
+                    let envelope = Envelope::from_raw(&self.grid.read_inbox(slot, i));
+                    undelivered.push(Undelivered { slot, envelope, reason });
+                }
+                i = i.wrapping_add(1);
+            }
+        }
+        host.reported_until = host.tail;
+        let event = DeviceEvent {
+            kind,
+            slot,
+            generation: host.generation,
+            state: host.state,
+            code: None,
+            cmd_id: 0,
+            messages_processed: 0,
+            k2k_dropped: 0,
+            time_ns: 0,
+            inbox_head: head,
+            failed_index: RV_NO_INDEX,
+        };
+        self.settle_undelivered(&undelivered);
+        SlotEvent { event, undelivered }
+    }
+
     fn shutdown(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         self.grid.request_terminate();
         self.executor.shutdown();
+        self.close_waiters(DeviceError::Closed);
+        tracing::info!("device shut down");
+    }
+
+    /// Fails every waiting command and call with `error` and closes every stream.
+    fn close_waiters(&self, error: DeviceError) {
         self.poller_parker.wake();
         for (_, w) in lock(&self.commands).drain() {
-            w.complete(Err(DeviceError::Closed));
+            w.complete(Err(error.clone()));
         }
         for (_, w) in lock(&self.calls).drain() {
-            w.complete(Err(DeviceError::Closed));
+            w.complete(Err(error.clone()));
         }
         self.replies.close();
         for (_, sink) in lock(&self.subscribers).drain(..) {
@@ -963,7 +1211,6 @@ impl DeviceInner {
                 }
             }
         }
-        tracing::info!("device shut down");
     }
 
     /// Polls the device in the poller's place for a short while (an answer through a running kernel usually
@@ -1104,7 +1351,8 @@ impl DeviceInner {
                         host.accepting = p.accepting_before;
                     }
                 }
-                EventKind::Unknown(_) => {}
+                // Host-made kinds never come from the device's ring.
+                EventKind::Unknown(_) | EventKind::DeviceLost | EventKind::Quarantined => {}
             }
             if event.kind != EventKind::Rejected {
                 host.state = event.state;
@@ -1114,15 +1362,7 @@ impl DeviceInner {
                 self.grid.write_pending_op(event.slot, RV_OP_NONE);
             }
         }
-        for u in &undelivered {
-            match u.reason {
-                UndeliveredReason::LeftInInbox => self.counters.left_in_inbox.fetch_add(1, Ordering::Relaxed),
-                UndeliveredReason::InFlightAtCrash => self.counters.in_flight.fetch_add(1, Ordering::Relaxed),
-            };
-            if let Some(w) = lock(&self.calls).remove(&u.envelope.correlation) {
-                w.complete(Err(DeviceError::Undelivered { slot: u.slot, reason: u.reason }));
-            }
-        }
+        self.settle_undelivered(&undelivered);
         let slot_event = SlotEvent { event, undelivered };
         if slot_event.event.cmd_id != 0 {
             if let Some(w) = lock(&self.commands).remove(&slot_event.event.cmd_id) {
@@ -1140,6 +1380,25 @@ impl DeviceInner {
                 w.complete(result);
             }
         }
+        self.dispatch(slot_event);
+    }
+
+    /// Counts messages handed back and fails the calls waiting for them.
+    fn settle_undelivered(&self, undelivered: &[Undelivered]) {
+        for u in undelivered {
+            let counter = match u.reason {
+                UndeliveredReason::InFlightAtCrash => &self.counters.in_flight,
+                _ => &self.counters.left_in_inbox,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if let Some(w) = lock(&self.calls).remove(&u.envelope.correlation) {
+                w.complete(Err(DeviceError::Undelivered { slot: u.slot, reason: u.reason }));
+            }
+        }
+    }
+
+    /// Hands an event to every subscriber that wants it (pruning dropped ones).
+    fn dispatch(&self, slot_event: SlotEvent) {
         let mut subs = lock(&self.subscribers);
         let wanted = |filter: &Option<u32>| filter.is_none_or(|f| f == slot_event.event.slot);
         subs.retain(|(filter, sink)| match sink {
@@ -1208,6 +1467,8 @@ struct PollState {
     sweep: Vec<u32>,
     outbox_heads: Vec<u32>,
     event_head: u32,
+    /// Block 0's heartbeat as last seen.
+    heartbeat: u64,
 }
 
 /// How long a thread waiting for a reply polls the device itself before it sleeps.
@@ -1229,7 +1490,11 @@ fn poller(device: Weak<DeviceInner>) {
             }
             let mut st = lock(&d.poll);
             let st = &mut *st;
-            d.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head)
+            let work = d.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+            if d.watch_heartbeat(st) {
+                return;
+            }
+            work
         };
         if work {
             backoff.reset();

@@ -177,6 +177,16 @@ pub enum DeviceError {
     /// The device was shut down.
     #[error("device is shut down")]
     Closed,
+    /// The device stopped answering (block 0's heartbeat stale past `DeviceConfig::lost_after`, or an
+    /// injected halt): every operation fails with this error until the device is opened again.
+    #[error("device lost: the persistent kernel stopped answering")]
+    DeviceLost,
+    /// The slot is quarantined (its actor never acknowledged a kill): it is not used again on this device.
+    #[error("slot {slot} is quarantined until the device restarts")]
+    Quarantined {
+        /// The slot.
+        slot: u32,
+    },
     /// The requested backend cannot run here (for example: no CUDA driver).
     #[error("backend unavailable: {0}")]
     BackendUnavailable(String),

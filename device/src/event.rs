@@ -56,6 +56,12 @@ pub enum EventKind {
     Failed,
     /// A command was rejected; nothing changed.
     Rejected,
+    /// Host-made: the device was lost; the slot's queued messages are handed back (see
+    /// [`crate::Device::health`]).
+    DeviceLost,
+    /// Host-made: the slot was quarantined (see [`crate::Device::quarantine`]); its queued messages are
+    /// handed back.
+    Quarantined,
     /// An event kind this version does not know.
     Unknown(u32),
 }
@@ -156,6 +162,10 @@ pub enum UndeliveredReason {
     LeftInInbox,
     /// The actor failed while processing it (a possible poison message).
     InFlightAtCrash,
+    /// Still queued (or unanswered) when the device was lost.
+    DeviceLost,
+    /// Still queued when its slot was quarantined.
+    Quarantined,
 }
 
 /// A message the device did not process, handed back to the host.

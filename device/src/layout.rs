@@ -72,6 +72,12 @@ pub const RV_FAULT_CRASH_NEXT: u32 = 1;
 pub const RV_FAULT_STALL: u32 = 2;
 /// Fault-injection bit: treat the next host message as a corrupt envelope (answered with an error).
 pub const RV_FAULT_CORRUPT_NEXT: u32 = 4;
+/// Fault-injection bit: stuck inside the behaviour (no progress, no heartbeat, requests never acknowledged).
+pub const RV_FAULT_WEDGE: u32 = 8;
+/// Device-wide fault bit: no block makes progress while set.
+pub const RV_DEVICE_STALL: u32 = 1;
+/// Device-wide fault bit: the persistent kernel stops for good.
+pub const RV_DEVICE_HALT: u32 = 2;
 
 /// Result codes shared with the device.
 pub const RV_OK: i32 = 0;
@@ -221,7 +227,8 @@ pub struct RawGridHeader {
     pub off_state: u64,
     pub config_reserved: [u8; 56],
     pub terminate: u32,
-    pub host_reserved: [u8; 60],
+    pub device_faults: u32,
+    pub host_reserved: [u8; 56],
     pub supervisor_heartbeat: u64,
     pub commands_processed: u64,
     pub events_published: u64,

@@ -31,7 +31,10 @@ pub use backend::cuda::{
 };
 pub use backend::Backend;
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
-pub use device::{CommandRequest, Device, DeviceConfig, DeviceStats, EventHook, Fault, PendingCommand, SlotSnapshot};
+pub use device::{
+    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, Fault, PendingCommand,
+    SlotSnapshot,
+};
 pub use error::{DeviceCode, DeviceError};
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{decode_archived, encode_archived, pod_bytes, Envelope, Reply, PAYLOAD_BYTES};

@@ -205,6 +205,12 @@ impl SharedGrid {
         unsafe { store_u32(addr_of_mut!((*self.header()).event_head), head, Ordering::Release) }
     }
 
+    /// Sets the device-wide fault bits (`RV_DEVICE_*`), which every step function reads.
+    pub(crate) fn write_device_faults(&self, bits: u32) {
+        // SAFETY: aligned, host-owned field of the live header.
+        unsafe { store_u32(addr_of_mut!((*self.header()).device_faults), bits, Ordering::Release) }
+    }
+
     /// Asks the persistent kernel to leave its loop.
     pub(crate) fn request_terminate(&self) {
         // SAFETY: aligned, host-owned field of the live header.

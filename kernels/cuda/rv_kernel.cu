@@ -31,6 +31,8 @@ extern "C" __global__ void rv_persistent_kernel(void *shared, void *local, uint3
     uint32_t backoff_ns = 0;
     for (unsigned long long it = 0; max_iterations == 0 || it < max_iterations; ++it) {
         if (rv_load_acquire_u32(&v.header->terminate) != 0) break;
+        /* An injected halt: the kernel leaves for good and the device stops answering (device lost). */
+        if (rv_load_acquire_u32(&v.header->device_faults) & RV_DEVICE_HALT) break;
         uint32_t progress = 0;
         if (blockIdx.x == 0) {
             progress = rv_supervisor_step(&v);

@@ -25,12 +25,26 @@ pub enum DeadLetterReason {
     /// Being processed when the target crashed; quarantined here so the restarted actor does not crash on
     /// it again.
     Poison,
+    /// Queued (or unanswered) when the device was lost.
+    DeviceLost,
+    /// Queued in a slot given up on because its actor never acknowledged a kill (the slot is quarantined).
+    SlotQuarantined,
 }
+
+/// How many reasons there are.
+const REASONS: usize = DeadLetterReason::ALL.len();
 
 impl DeadLetterReason {
     /// Every reason, for metrics and reports.
-    pub const ALL: [DeadLetterReason; 5] =
-        [Self::UnknownTarget, Self::DeadTarget, Self::InboxFull, Self::LeftInInbox, Self::Poison];
+    pub const ALL: [DeadLetterReason; 7] = [
+        Self::UnknownTarget,
+        Self::DeadTarget,
+        Self::InboxFull,
+        Self::LeftInInbox,
+        Self::Poison,
+        Self::DeviceLost,
+        Self::SlotQuarantined,
+    ];
 
     /// Short label for metrics and logs.
     pub fn label(self) -> &'static str {
@@ -40,6 +54,8 @@ impl DeadLetterReason {
             Self::InboxFull => "inbox_full",
             Self::LeftInInbox => "left_in_inbox",
             Self::Poison => "poison",
+            Self::DeviceLost => "device_lost",
+            Self::SlotQuarantined => "slot_quarantined",
         }
     }
 
@@ -53,6 +69,8 @@ impl From<UndeliveredReason> for DeadLetterReason {
         match r {
             UndeliveredReason::LeftInInbox => Self::LeftInInbox,
             UndeliveredReason::InFlightAtCrash => Self::Poison,
+            UndeliveredReason::DeviceLost => Self::DeviceLost,
+            UndeliveredReason::Quarantined => Self::SlotQuarantined,
         }
     }
 }
@@ -109,7 +127,7 @@ pub enum OverflowPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeadLetterStats {
     /// Letters received, by reason (indexed as [`DeadLetterReason::ALL`]).
-    pub by_reason: [u64; 5],
+    pub by_reason: [u64; REASONS],
     /// Letters evicted or refused because the queue was full.
     pub evicted: u64,
     /// Letters redelivered.
@@ -144,7 +162,7 @@ struct Inner {
     policy: OverflowPolicy,
     letters: Mutex<VecDeque<DeadLetter>>,
     next_seq: AtomicU64,
-    by_reason: [AtomicU64; 5],
+    by_reason: [AtomicU64; REASONS],
     evicted: AtomicU64,
     redelivered: AtomicU64,
     subscribers: Mutex<Vec<mpsc::UnboundedSender<DeadLetter>>>,
@@ -253,7 +271,7 @@ impl DeadLetters {
     /// Counters.
     pub fn stats(&self) -> DeadLetterStats {
         let inner = &self.inner;
-        let mut by_reason = [0u64; 5];
+        let mut by_reason = [0u64; REASONS];
         for (slot, c) in by_reason.iter_mut().zip(inner.by_reason.iter()) {
             *slot = c.load(Ordering::Relaxed);
         }

@@ -19,11 +19,14 @@ pub mod source;
 use super::{DirtySet, Executor};
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
-use crate::layout::RawGridHeader;
+use crate::layout::{RawGridHeader, RV_DEVICE_HALT};
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+
+/// How long shutdown waits for the persistent kernel to leave before abandoning it.
+const KERNEL_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How the kernel is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +90,8 @@ pub(crate) struct CudaExecutor {
     launcher: Mutex<Option<JoinHandle<Result<(), DeviceError>>>>,
     description: String,
     stopped: std::sync::atomic::AtomicBool,
+    /// The kernel did not leave at shutdown: its memory is leaked rather than freed under it.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the raw pointers are owned by this executor and freed once, in `shutdown`/`drop`; the shared region
@@ -209,6 +214,7 @@ impl CudaExecutor {
             launcher: Mutex::new(Some(launcher)),
             description,
             stopped: std::sync::atomic::AtomicBool::new(false),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -225,8 +231,10 @@ fn run_kernel(ctx: sys::CUcontext, mut l: Launch, mode: CudaMode, shared_host: u
         let header = h as *mut RawGridHeader;
         // SAFETY: the header lives in the shared region, valid while the executor lives.
         unsafe {
-            crate::shared::load_u32(std::ptr::addr_of_mut!((*header).terminate), std::sync::atomic::Ordering::Acquire)
-                != 0
+            let acquire = std::sync::atomic::Ordering::Acquire;
+            crate::shared::load_u32(std::ptr::addr_of_mut!((*header).terminate), acquire) != 0
+                || crate::shared::load_u32(std::ptr::addr_of_mut!((*header).device_faults), acquire) & RV_DEVICE_HALT
+                    != 0
         }
     };
     loop {
@@ -277,6 +285,17 @@ impl Executor for CudaExecutor {
             )
         };
         if let Some(t) = self.launcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            // A kernel that does not leave (a block stuck in a behaviour, a lost device) must not hang the host:
+            // wait a bounded time, then abandon it (and its memory, see Drop).
+            let deadline = std::time::Instant::now() + KERNEL_EXIT_WAIT;
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if !t.is_finished() {
+                tracing::error!("the persistent kernel did not leave within {KERNEL_EXIT_WAIT:?}: abandoning it");
+                self.abandoned.store(true, std::sync::atomic::Ordering::Release);
+                return;
+            }
             match t.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::error!(error = %e, "persistent kernel ended with an error"),
@@ -293,6 +312,9 @@ impl Executor for CudaExecutor {
 impl Drop for CudaExecutor {
     fn drop(&mut self) {
         self.shutdown();
+        if self.abandoned.load(std::sync::atomic::Ordering::Acquire) {
+            return; // the kernel may still touch its memory: leak it rather than free it under the kernel
+        }
         // SAFETY: the kernel has left (shutdown joined the launcher); each resource is freed once.
         unsafe {
             let _ = result::ctx::set_current(self.ctx);
