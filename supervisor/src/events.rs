@@ -54,6 +54,16 @@ pub enum TreeEvent {
         /// The child whose exit caused the restart.
         child: String,
     },
+    /// A GPU child's slot was given up on: its device actor never acknowledged a kill (stuck inside its
+    /// behaviour). The slot is quarantined until the device restarts; the child moved to `to`.
+    SlotQuarantined {
+        /// The child's id.
+        child: String,
+        /// The quarantined slot.
+        slot: u32,
+        /// The slot the child moved to (`None`: no free slot, the start failed).
+        to: Option<u32>,
+    },
     /// A supervisor exceeded its restart intensity and is shutting down.
     IntensityReached {
         /// The supervisor's id.

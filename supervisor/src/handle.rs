@@ -3,6 +3,7 @@
 //! child that is gone for good go to the dead-letter queue with the reason.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
+use crate::services::DeviceSlots;
 
 /// Where a child is in its life, as its handles see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -33,12 +35,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The GPU side of a child: its slot and the messages parked while the slot does not accept any.
+/// The GPU side of a child: its device, its slot and the messages parked while the slot does not accept any.
 pub(crate) struct GpuShared {
-    pub(crate) device: Device,
-    pub(crate) slot: u32,
+    /// The device the child was started on (a device restart starts a new tree with new handles).
+    pub(crate) slots: Arc<DeviceSlots>,
+    /// The slot; it changes only if the slot is quarantined and the child moves.
+    slot: AtomicU32,
     parked: Mutex<VecDeque<Vec<u8>>>,
     dead_letters: DeadLetters,
+}
+
+impl GpuShared {
+    pub(crate) fn device(&self) -> &Device {
+        &self.slots.device
+    }
+
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot.load(Ordering::Acquire)
+    }
+
+    /// The child moved off a quarantined slot.
+    pub(crate) fn move_to(&self, slot: u32) {
+        self.slot.store(slot, Ordering::Release);
+    }
 }
 
 /// The state every handle of one child shares.
@@ -51,15 +70,19 @@ pub(crate) struct ChildShared {
 }
 
 impl ChildShared {
-    pub(crate) fn new(id: String, name: Option<String>, gpu: Option<(Device, u32, DeadLetters)>) -> Arc<Self> {
+    pub(crate) fn new(
+        id: String,
+        name: Option<String>,
+        gpu: Option<(Arc<DeviceSlots>, u32, DeadLetters)>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             id,
             name,
             status: watch::Sender::new(ChildStatus::Starting),
             actor: Mutex::new(None),
-            gpu: gpu.map(|(device, slot, dead_letters)| GpuShared {
-                device,
-                slot,
+            gpu: gpu.map(|(slots, slot, dead_letters)| GpuShared {
+                slots,
+                slot: AtomicU32::new(slot),
                 parked: Mutex::new(VecDeque::new()),
                 dead_letters,
             }),
@@ -83,9 +106,9 @@ impl ChildShared {
                 let mut parked = lock(&gpu.parked);
                 self.status.send_replace(ChildStatus::Running);
                 while let Some(payload) = parked.pop_front() {
-                    match gpu.device.send_timeout(gpu.slot, &payload, Duration::from_secs(1)) {
+                    match gpu.device().send_timeout(gpu.slot(), &payload, Duration::from_secs(1)) {
                         Ok(_) => {}
-                        Err(DeviceError::NotAccepting { .. }) => {
+                        Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                             // Down again already: keep it (and the rest) for the next incarnation.
                             parked.push_front(payload);
                             break;
@@ -93,9 +116,10 @@ impl ChildShared {
                         Err(e) => {
                             let reason = match e {
                                 DeviceError::InboxFull { .. } => DeadLetterReason::InboxFull,
+                                DeviceError::DeviceLost => DeadLetterReason::DeviceLost,
                                 _ => DeadLetterReason::DeadTarget,
                             };
-                            gpu.dead_letters.push(reason, Origin::Host, Some(self.target()), Some(gpu.slot), payload);
+                            gpu.dead_letters.push(reason, Origin::Host, Some(self.target()), Some(gpu.slot()), payload);
                         }
                     }
                 }
@@ -121,7 +145,7 @@ impl ChildShared {
                             DeadLetterReason::DeadTarget,
                             Origin::Host,
                             Some(self.target()),
-                            Some(gpu.slot),
+                            Some(gpu.slot()),
                             payload,
                         );
                     }
@@ -224,7 +248,7 @@ impl GpuActorRef {
 
     /// The device slot the child lives in (the same across restarts).
     pub fn slot(&self) -> u32 {
-        self.gpu().slot
+        self.gpu().slot()
     }
 
     /// The child's id.
@@ -244,7 +268,7 @@ impl GpuActorRef {
 
     fn dead_letter(&self, reason: DeadLetterReason, payload: &[u8]) {
         let gpu = self.gpu();
-        gpu.dead_letters.push(reason, Origin::Host, Some(self.shared.target()), Some(gpu.slot), payload.to_vec());
+        gpu.dead_letters.push(reason, Origin::Host, Some(self.shared.target()), Some(gpu.slot()), payload.to_vec());
     }
 
     /// Sends a one-way message. While the child restarts the message waits for the new incarnation; a
@@ -275,18 +299,22 @@ impl GpuActorRef {
             return self.park(&mut parked, payload);
         }
         let sent = match timeout {
-            None => gpu.device.send(gpu.slot, payload),
-            Some(t) => gpu.device.send_timeout(gpu.slot, payload, t),
+            None => gpu.device().send(gpu.slot(), payload),
+            Some(t) => gpu.device().send_timeout(gpu.slot(), payload, t),
         };
         match sent {
             Ok(_) => Ok(()),
-            Err(DeviceError::NotAccepting { .. }) => self.park(&mut parked, payload),
+            // Between incarnations, or moving off a quarantined slot: wait for the next incarnation.
+            Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => self.park(&mut parked, payload),
             Err(DeviceError::InboxFull { .. }) => {
                 drop(parked);
                 self.dead_letter(DeadLetterReason::InboxFull, payload);
                 Err(SendError::InboxFull)
             }
-            Err(e) => Err(SendError::Device(e)),
+            Err(e) => {
+                drop(parked);
+                Err(self.device_error(e, payload))
+            }
         }
     }
 
@@ -309,7 +337,7 @@ impl GpuActorRef {
             return Err(SendError::Gone { status });
         }
         let park_all = |parked: &mut VecDeque<Vec<u8>>| {
-            let room = (gpu.device.inbox_capacity() as usize).saturating_sub(parked.len());
+            let room = (gpu.device().inbox_capacity() as usize).saturating_sub(parked.len());
             let n = room.min(payloads.len());
             parked.extend(payloads[..n].iter().map(|p| p.as_ref().to_vec()));
             Ok(n)
@@ -317,17 +345,31 @@ impl GpuActorRef {
         if !parked.is_empty() {
             return park_all(&mut parked);
         }
-        match gpu.device.send_batch(gpu.slot, payloads) {
+        match gpu.device().send_batch(gpu.slot(), payloads) {
             Ok(n) => Ok(n),
             Err(DeviceError::InboxFull { .. }) => Ok(0),
-            Err(DeviceError::NotAccepting { .. }) => park_all(&mut parked),
+            Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => park_all(&mut parked),
             Err(e) => Err(SendError::Device(e)),
         }
     }
 
+    /// A device error that ends a send or call: a message the device lost (a call unanswered when it was
+    /// declared lost, or sent to a lost device) is a dead letter; other errors carry their own accounting.
+    fn device_error(&self, e: DeviceError, payload: &[u8]) -> SendError {
+        if e == DeviceError::DeviceLost {
+            self.dead_letter(DeadLetterReason::DeviceLost, payload);
+        }
+        SendError::Device(e)
+    }
+
+    /// The device the child runs on, with its slot pool.
+    pub(crate) fn device_slots(&self) -> &Arc<DeviceSlots> {
+        &self.gpu().slots
+    }
+
     fn park(&self, parked: &mut VecDeque<Vec<u8>>, payload: &[u8]) -> Result<(), SendError> {
         let gpu = self.gpu();
-        if parked.len() >= gpu.device.inbox_capacity() as usize {
+        if parked.len() >= gpu.device().inbox_capacity() as usize {
             self.dead_letter(DeadLetterReason::InboxFull, payload);
             return Err(SendError::InboxFull);
         }
@@ -350,8 +392,8 @@ impl GpuActorRef {
             if left.is_zero() {
                 return Err(SendError::Timeout);
             }
-            match gpu.device.call_async(gpu.slot, payload, left).await {
-                Err(DeviceError::NotAccepting { .. }) => {
+            match gpu.device().call_async(gpu.slot(), payload, left).await {
+                Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                     // Down between incarnations: wait for a status change (or poll, for a drain in progress).
                     let wait = tokio::time::timeout(Duration::from_millis(2), status_rx.changed());
                     let _ = tokio::time::timeout(left, wait).await;
@@ -361,7 +403,7 @@ impl GpuActorRef {
                     self.dead_letter(DeadLetterReason::InboxFull, payload);
                     return Err(SendError::InboxFull);
                 }
-                Err(e) => return Err(SendError::Device(e)),
+                Err(e) => return Err(self.device_error(e, payload)),
                 Ok(reply) => return Ok(reply),
             }
         }

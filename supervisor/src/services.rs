@@ -2,7 +2,7 @@
 //! device is attached) the device, its slot pool and the router of its events.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -16,37 +16,57 @@ use crate::handle::GpuActorRef;
 use crate::registry::Registry;
 use crate::slot_actor::SlotMsg;
 
-/// Which slots of the device are free for GPU children.
+/// Which slots of the device are free for GPU children, and which are quarantined (never handed out again
+/// on this device).
 pub(crate) struct SlotPool {
-    free: Mutex<BTreeSet<u32>>,
+    inner: Mutex<PoolSets>,
+}
+
+struct PoolSets {
+    free: BTreeSet<u32>,
+    quarantined: BTreeSet<u32>,
 }
 
 impl SlotPool {
     fn new(slots: u32) -> Self {
-        Self { free: Mutex::new((0..slots).collect()) }
+        Self { inner: Mutex::new(PoolSets { free: (0..slots).collect(), quarantined: BTreeSet::new() }) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolSets> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes `wanted` (if free) or the lowest free slot.
     pub(crate) fn acquire(&self, wanted: Option<u32>) -> Option<u32> {
-        let mut free = self.lock();
+        let mut sets = self.lock();
         let slot = match wanted {
-            Some(s) => free.contains(&s).then_some(s)?,
-            None => *free.iter().next()?,
+            Some(s) => sets.free.contains(&s).then_some(s)?,
+            None => *sets.free.iter().next()?,
         };
-        free.remove(&slot);
+        sets.free.remove(&slot);
         Some(slot)
     }
 
+    /// Gives a slot back (a quarantined slot stays out).
     pub(crate) fn release(&self, slot: u32) {
-        self.lock().insert(slot);
+        let mut sets = self.lock();
+        if !sets.quarantined.contains(&slot) {
+            sets.free.insert(slot);
+        }
+    }
+
+    fn quarantine(&self, slot: u32) {
+        let mut sets = self.lock();
+        sets.free.remove(&slot);
+        sets.quarantined.insert(slot);
     }
 
     pub(crate) fn free_count(&self) -> usize {
-        self.lock().len()
+        self.lock().free.len()
+    }
+
+    fn quarantined(&self) -> Vec<u32> {
+        self.lock().quarantined.iter().copied().collect()
     }
 }
 
@@ -56,12 +76,17 @@ struct SlotBinding {
     target: String,
 }
 
-pub(crate) struct GpuServices {
+/// One device and what the tree keeps about it: its slot pool, who listens to each slot, injected event
+/// faults. A device restart brings a new one; a child keeps the one it was started on, so what an old
+/// child releases late never reaches the new device's pool.
+pub(crate) struct DeviceSlots {
     pub(crate) device: Device,
-    pub(crate) slots: SlotPool,
+    pub(crate) pool: SlotPool,
     bindings: DashMap<u32, SlotBinding>,
     /// Injected faults on the path from the device to slot actors (tests only).
     event_faults: DashMap<u32, (EventFault, Instant)>,
+    /// The device event hook (kept alive here; the device holds it weakly).
+    _hook: Arc<EventHook>,
 }
 
 /// A fault on the path of a slot's device events to its slot actor (dead-letter accounting is not
@@ -74,7 +99,29 @@ pub enum EventFault {
     Delay(Duration),
 }
 
-impl GpuServices {
+impl DeviceSlots {
+    /// Attaches the tree to `device`: its events are routed (dead letters to the queue, events to slot
+    /// actors) by a hook on the device's event path, with no thread of its own.
+    fn attach_device(device: Device, dead_letters: DeadLetters) -> Arc<Self> {
+        let slots = Arc::new_cyclic(|weak: &std::sync::Weak<DeviceSlots>| {
+            let weak = weak.clone();
+            let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
+                if let Some(slots) = weak.upgrade() {
+                    slots.route(event, &dead_letters);
+                }
+            });
+            DeviceSlots {
+                pool: SlotPool::new(device.slot_count()),
+                bindings: DashMap::new(),
+                event_faults: DashMap::new(),
+                device,
+                _hook: hook,
+            }
+        });
+        slots.device.on_event(&slots._hook);
+        slots
+    }
+
     /// Files a slot's dead letters under `target` from now on.
     pub(crate) fn claim(&self, slot: u32, target: String) {
         self.bindings.insert(slot, SlotBinding { actor: None, target });
@@ -96,6 +143,26 @@ impl GpuServices {
 
     pub(crate) fn unclaim(&self, slot: u32) {
         self.bindings.remove(&slot);
+    }
+
+    /// Gives up on `slot` (its actor never acknowledged a kill): the device quarantines it (its queued
+    /// messages become dead letters) and the pool never hands it out again on this device.
+    pub(crate) fn quarantine(&self, slot: u32) {
+        self.pool.quarantine(slot);
+        if let Err(e) = self.device.quarantine(slot) {
+            tracing::warn!(slot, error = %e, "device could not quarantine the slot");
+        }
+        metrics::counter!("ringvisor_quarantined_slots_total").increment(1);
+        metrics::gauge!("ringvisor_quarantined_slots").set(self.pool.quarantined().len() as f64);
+    }
+
+    /// Moves a child off quarantined slot `from` to a free slot (its dead letters keep its name); returns
+    /// the new slot, or `None` if no slot is free.
+    pub(crate) fn relocate(&self, from: u32) -> Option<u32> {
+        let to = self.pool.acquire(None)?;
+        let target = self.bindings.remove(&from).map(|(_, b)| b.target).unwrap_or_default();
+        self.claim(to, target);
+        Some(to)
     }
 
     /// Routes one device event: its undeliverable messages to the dead-letter queue, the event to the
@@ -148,9 +215,8 @@ struct Inner {
     registry: Registry,
     dead_letters: DeadLetters,
     events: TreeEvents,
-    gpu: Option<GpuServices>,
-    /// The device event hook (kept alive here; the device holds it weakly).
-    hook: Option<Arc<EventHook>>,
+    /// The device the tree runs on now (replaced by a device restart).
+    gpu: Option<RwLock<Arc<DeviceSlots>>>,
 }
 
 /// The services a supervision tree shares. Cheap to clone.
@@ -173,45 +239,23 @@ impl Services {
 
     /// Like [`Services::with_device`], with a dead-letter queue configured by the caller.
     pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> Self {
-        let gpu = GpuServices {
-            slots: SlotPool::new(device.slot_count()),
-            bindings: DashMap::new(),
-            event_faults: DashMap::new(),
-            device: device.clone(),
-        };
-        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
-            let weak = weak.clone();
-            let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
-                if let Some(inner) = weak.upgrade() {
-                    if let Some(gpu) = &inner.gpu {
-                        gpu.route(event, &inner.dead_letters);
-                    }
-                }
-            });
-            Inner {
-                registry: Registry::new(),
-                dead_letters,
-                events: TreeEvents::default(),
-                gpu: Some(gpu),
-                hook: Some(hook),
-            }
-        });
-        if let Some(hook) = &inner.hook {
-            device.on_event(hook);
-        }
-        Self { inner }
+        let slots = DeviceSlots::attach_device(device, dead_letters.clone());
+        Self::build(Some(RwLock::new(slots)), dead_letters)
     }
 
-    fn build(gpu: Option<GpuServices>, dead_letters: DeadLetters) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                registry: Registry::new(),
-                dead_letters,
-                events: TreeEvents::default(),
-                gpu,
-                hook: None,
-            }),
-        }
+    fn build(gpu: Option<RwLock<Arc<DeviceSlots>>>, dead_letters: DeadLetters) -> Self {
+        Self { inner: Arc::new(Inner { registry: Registry::new(), dead_letters, events: TreeEvents::default(), gpu }) }
+    }
+
+    /// Moves the tree to a new device (after the old one was lost or restarted): GPU children started from
+    /// now on get slots of `device`, with a fresh slot pool (no quarantined slot). Children of the old
+    /// device keep it until they stop; stop the tree on the old device first (the runtime does: a device
+    /// restart is one_for_all at the device level). Returns false for host-only services.
+    pub fn replace_device(&self, device: Device) -> bool {
+        let Some(gpu) = &self.inner.gpu else { return false };
+        let slots = DeviceSlots::attach_device(device, self.inner.dead_letters.clone());
+        *gpu.write().unwrap_or_else(|p| p.into_inner()) = slots;
+        true
     }
 
     /// The registry.
@@ -229,14 +273,20 @@ impl Services {
         &self.inner.events
     }
 
-    /// The device, if one is attached.
-    pub fn device(&self) -> Option<&Device> {
-        self.inner.gpu.as_ref().map(|g| &g.device)
+    /// The device the tree runs on now, if one is attached.
+    pub fn device(&self) -> Option<Device> {
+        self.gpu().map(|g| g.device.clone())
     }
 
     /// Device slots not yet given to a GPU child (0 without a device).
     pub fn free_slots(&self) -> usize {
-        self.inner.gpu.as_ref().map_or(0, |g| g.slots.free_count())
+        self.gpu().map_or(0, |g| g.pool.free_count())
+    }
+
+    /// Slots of the current device given up on because their actors never acknowledged a kill; they come
+    /// back with the next device restart.
+    pub fn quarantined_slots(&self) -> Vec<u32> {
+        self.gpu().map_or_else(Vec::new, |g| g.pool.quarantined())
     }
 
     /// The GPU actor registered under `name`; an unknown name (or one bound to a host actor) makes the
@@ -283,16 +333,17 @@ impl Services {
     /// Fault injection: for `duration`, drop or delay the device events of the GPU child registered as
     /// `name` on their way to its slot actor. Returns false if `name` is not a GPU child.
     pub fn inject_event_fault(&self, name: &str, fault: EventFault, duration: Duration) -> bool {
-        match (self.registry().lookup(name).and_then(|c| c.gpu()), self.gpu()) {
-            (Some(actor), Some(gpu)) => {
-                gpu.inject_event_fault(actor.slot(), fault, duration);
+        match self.registry().lookup(name).and_then(|c| c.gpu()) {
+            Some(actor) => {
+                actor.device_slots().inject_event_fault(actor.slot(), fault, duration);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
-    pub(crate) fn gpu(&self) -> Option<&GpuServices> {
-        self.inner.gpu.as_ref()
+    /// The device the tree runs on now, with its slot pool.
+    pub(crate) fn gpu(&self) -> Option<Arc<DeviceSlots>> {
+        self.inner.gpu.as_ref().map(|g| g.read().unwrap_or_else(|p| p.into_inner()).clone())
     }
 }

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor_device::{BehaviourId, DeviceError, DeviceEvent, EventKind, PendingCommand, SlotState};
+use ringvisor_device::{BehaviourId, Device, DeviceError, DeviceEvent, DeviceHealth, EventKind, SlotState};
 
-use crate::handle::ChildShared;
+use crate::events::TreeEvent;
+use crate::handle::{ChildShared, GpuShared};
 use crate::reason::stop_reason;
 use crate::services::Services;
 
@@ -34,7 +35,6 @@ pub(crate) struct SlotArgs {
 
 pub(crate) struct SlotActorState {
     shared: Arc<ChildShared>,
-    services: Services,
     slot: u32,
     generation: u32,
     watchdog: Option<Watchdog>,
@@ -55,52 +55,36 @@ const POLL: Duration = Duration::from_millis(1);
 /// Longest wait for a slot event before a stopping slot actor re-reads the slot's state.
 const DRAIN_RECHECK: Duration = Duration::from_millis(20);
 
-/// Submits a command, retrying while an earlier command on the slot is still in flight.
-async fn submit_when_free(
-    deadline: Instant,
-    mut submit: impl FnMut() -> Result<PendingCommand, DeviceError>,
-) -> Result<PendingCommand, DeviceError> {
-    loop {
-        match submit() {
-            Err(DeviceError::CommandInFlight { .. }) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            other => return other,
-        }
-    }
-}
-
 impl Actor for SlotActor {
     type Msg = SlotMsg;
     type State = SlotActorState;
     type Arguments = SlotArgs;
 
     async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
-        let gpu = args.services.gpu().ok_or("no device attached to this supervision tree")?;
-        let slot = args.shared.gpu.as_ref().ok_or("not a GPU child")?.slot;
-        let device = gpu.device.clone();
+        let gpu = args.shared.gpu.as_ref().ok_or("not a GPU child")?;
+        let slots = gpu.slots.clone();
+        let device = slots.device.clone();
         let deadline = Instant::now() + args.start_timeout;
-        // Attach first: a failure right after creation must reach this actor.
-        gpu.attach(slot, myself.clone());
-        let started = async {
-            let pending = submit_when_free(deadline, || {
-                let (_, state) = device.host_view(slot)?;
-                match state {
-                    SlotState::Dormant | SlotState::Terminated => device.create(slot, args.behaviour, &args.init),
-                    _ => device.restart(slot, args.behaviour, &args.init),
-                }
-            })
-            .await?;
-            pending.wait(deadline.saturating_duration_since(Instant::now())).await
-        }
-        .await;
-        let generation = match started {
-            Ok(ev) if matches!(ev.event.kind, EventKind::Created | EventKind::Restarted) => ev.event.generation,
-            Ok(ev) => {
-                gpu.detach(slot, &myself);
-                return Err(format!("device refused the start: {:?} ({:?})", ev.event.kind, ev.event.code).into());
+        // A running device actor must acknowledge the kill its restart needs within this bound.
+        let ack_wait = args.heartbeat_timeout.unwrap_or(args.start_timeout).min(args.start_timeout);
+        let mut slot = gpu.slot();
+        let generation = loop {
+            if device.is_quarantined(slot) {
+                slot = move_off_quarantined(&args, slot)?;
             }
-            Err(e) => {
-                gpu.detach(slot, &myself);
-                return Err(e.to_string().into());
+            // Attach first: a failure right after creation must reach this actor.
+            slots.attach(slot, myself.clone());
+            match bring_up(&device, slot, &args, deadline, ack_wait).await {
+                Ok(Some(generation)) => break generation,
+                Ok(None) => {
+                    slots.detach(slot, &myself);
+                    tracing::warn!(child = %args.shared.id, slot, "GPU actor wedged: slot quarantined");
+                    slots.quarantine(slot);
+                }
+                Err(e) => {
+                    slots.detach(slot, &myself);
+                    return Err(e.into());
+                }
             }
         };
         // An injected hang (the stall bit) belonged to the previous incarnation.
@@ -113,7 +97,7 @@ impl Actor for SlotActor {
             ended_since: None,
             ticker: Some(myself.send_interval(timeout / 4, || SlotMsg::Watchdog)),
         });
-        Ok(SlotActorState { shared: args.shared, services: args.services, slot, generation, watchdog })
+        Ok(SlotActorState { shared: args.shared, slot, generation, watchdog })
     }
 
     async fn handle(
@@ -136,6 +120,8 @@ impl Actor for SlotActor {
             }
             EventKind::Killed => myself.stop(Some(stop_reason::KILLED.into())),
             EventKind::Drained => myself.stop(Some(stop_reason::NORMAL.into())),
+            // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
+            // child does not fail on its own, which would only make every supervisor exceed its intensity.
             _ => {}
         }
         Ok(())
@@ -145,11 +131,11 @@ impl Actor for SlotActor {
         if let Some(ticker) = state.watchdog.as_mut().and_then(|w| w.ticker.take()) {
             ticker.abort();
         }
-        let Some(gpu) = state.services.gpu() else { return Ok(()) };
-        gpu.detach(state.slot, &myself);
+        let Some(gpu) = state.shared.gpu.as_ref() else { return Ok(()) };
+        gpu.slots.detach(state.slot, &myself);
         // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
         // the wait with the child's shutdown spec (and kills the slot if it runs out).
-        let device = &gpu.device;
+        let device = gpu.device();
         let events = device.subscribe_slot(state.slot)?;
         loop {
             let (generation, slot_state) = device.host_view(state.slot)?;
@@ -159,6 +145,10 @@ impl Actor for SlotActor {
             match slot_state {
                 SlotState::Active => match device.drain(state.slot) {
                     Ok(_) | Err(DeviceError::CommandInFlight { .. }) => {}
+                    // Nothing left to drain on a lost device or a quarantined slot.
+                    Err(DeviceError::DeviceLost | DeviceError::Quarantined { .. } | DeviceError::Closed) => {
+                        return Ok(())
+                    }
                     Err(e) => return Err(e.into()),
                 },
                 SlotState::Draining | SlotState::Initializing => {}
@@ -170,14 +160,76 @@ impl Actor for SlotActor {
     }
 }
 
+/// Moves the child off quarantined slot `from` to a free slot of the same device, and reports it.
+fn move_off_quarantined(args: &SlotArgs, from: u32) -> Result<u32, String> {
+    let gpu = args.shared.gpu.as_ref().ok_or("not a GPU child")?;
+    let to = gpu.slots.relocate(from);
+    args.services.events().emit(TreeEvent::SlotQuarantined { child: args.shared.id.clone(), slot: from, to });
+    let to = to.ok_or_else(|| format!("slot {from} is quarantined and no free slot is left to move to"))?;
+    tracing::warn!(child = %args.shared.id, from, to, "GPU child moved off a quarantined slot");
+    gpu.move_to(to);
+    Ok(to)
+}
+
+/// Creates (or re-creates) the device actor in `slot` and waits until it is Active; returns its generation.
+/// `Ok(None)`: the slot's running actor is wedged: it acknowledged neither the restart nor an earlier
+/// command within `ack_wait` while its heartbeat stood still on a device that is otherwise running.
+async fn bring_up(
+    device: &Device,
+    slot: u32,
+    args: &SlotArgs,
+    deadline: Instant,
+    ack_wait: Duration,
+) -> Result<Option<u32>, String> {
+    let heartbeat = device.snapshot(slot).map_err(|e| e.to_string())?.heartbeat;
+    let ack_deadline = (Instant::now() + ack_wait).min(deadline);
+    let (pending, running) = loop {
+        let (_, state) = device.host_view(slot).map_err(|e| e.to_string())?;
+        let running = !matches!(state, SlotState::Dormant | SlotState::Terminated);
+        let submitted = if running {
+            device.restart(slot, args.behaviour, &args.init)
+        } else {
+            device.create(slot, args.behaviour, &args.init)
+        };
+        match submitted {
+            Err(DeviceError::CommandInFlight { .. }) if Instant::now() < ack_deadline => tokio::time::sleep(POLL).await,
+            Err(DeviceError::CommandInFlight { .. }) if is_wedged(device, slot, heartbeat) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+            Ok(pending) => break (pending, running),
+        }
+    };
+    let wait_until = if running { ack_deadline } else { deadline };
+    match pending.wait(wait_until.saturating_duration_since(Instant::now())).await {
+        Ok(ev) if matches!(ev.event.kind, EventKind::Created | EventKind::Restarted) => Ok(Some(ev.event.generation)),
+        Ok(ev) => Err(format!("device refused the start: {:?} ({:?})", ev.event.kind, ev.event.code)),
+        Err(DeviceError::Timeout) if running && is_wedged(device, slot, heartbeat) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The slot's actor is stuck: still running, its heartbeat where it was, while the device itself answers.
+fn is_wedged(device: &Device, slot: u32, heartbeat: u64) -> bool {
+    device.health() == DeviceHealth::Running
+        && device
+            .snapshot(slot)
+            .is_ok_and(|s| s.heartbeat == heartbeat && matches!(s.state, SlotState::Active | SlotState::Draining))
+}
+
 impl SlotActorState {
     /// Fails the actor if its device actor is hung: the heartbeat has not moved for the timeout while
-    /// messages wait in its inbox. (Its supervisor then kills the device actor, which a stalled actor
-    /// acknowledges; a behaviour stuck inside a call would not: that is the quarantine case.)
+    /// messages wait in its inbox. (Its supervisor then restarts it; a device actor that does not
+    /// acknowledge that restart is wedged and its slot quarantined, see `bring_up`.) While the whole
+    /// device is unresponsive no slot is blamed: that is the device's watchdog's call.
     fn check_heartbeat(&mut self) -> Result<(), ActorProcessingErr> {
-        let Some(gpu) = self.services.gpu() else { return Ok(()) };
+        let Some(gpu) = self.shared.gpu.as_ref() else { return Ok(()) };
         let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
-        let snap = gpu.device.snapshot(self.slot)?;
+        let device = gpu.device();
+        if device.health() != DeviceHealth::Running {
+            w.since = Instant::now();
+            w.ended_since = None;
+            return Ok(());
+        }
+        let snap = device.snapshot(self.slot)?;
         // An incarnation that ended (its event lost or late) for a whole timeout is treated as failed.
         let ended =
             snap.generation == self.generation && matches!(snap.state, SlotState::Failed | SlotState::Terminated);
@@ -216,18 +268,18 @@ impl SlotActorState {
 
 /// After a GPU child's slot actor has exited (however it exited): a device actor still running (its slot
 /// actor was killed) is killed so it stops consuming messages.
-pub(crate) fn stop_orphaned_slot(services: &Services, slot: u32) {
-    let Some(gpu) = services.gpu() else { return };
-    if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = gpu.device.host_view(slot) {
-        let _ = gpu.device.kill(slot);
+pub(crate) fn stop_orphaned_slot(gpu: &GpuShared) {
+    let (device, slot) = (gpu.device(), gpu.slot());
+    if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = device.host_view(slot) {
+        let _ = device.kill(slot);
     }
 }
 
 /// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
 /// letters (a restart would have kept the ones sent after the failure).
-pub(crate) fn retire_slot(services: &Services, slot: u32) {
-    let Some(gpu) = services.gpu() else { return };
-    if let Ok((_, SlotState::Failed)) = gpu.device.host_view(slot) {
-        let _ = gpu.device.kill(slot);
+pub(crate) fn retire_slot(gpu: &GpuShared) {
+    let (device, slot) = (gpu.device(), gpu.slot());
+    if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
+        let _ = device.kill(slot);
     }
 }

@@ -106,7 +106,6 @@ struct Child {
     spec: ChildSpec,
     run: Run,
     shared: Arc<ChildShared>,
-    slot: Option<u32>,
     /// Start attempts so far (the first start is attempt 1).
     attempts: u32,
     /// Arguments of a dynamic start.
@@ -192,32 +191,31 @@ impl SupervisorState {
     /// A child record for `spec`, with its slot taken for a GPU child.
     fn new_child(&self, spec: ChildSpec, args: Vec<u8>) -> Result<Child, SupervisorError> {
         let target = spec.name.clone().unwrap_or_else(|| spec.id.clone());
-        let (gpu, slot) = match &spec.start {
+        let gpu = match &spec.start {
             ChildStart::Gpu(g) => {
-                let services = self.services.gpu().ok_or_else(|| {
+                let slots = self.services.gpu().ok_or_else(|| {
                     SupervisorError::NoSlot(format!("GPU child `{}` needs a runtime with a device", spec.id))
                 })?;
-                let slot = services.slots.acquire(g.wanted_slot()).ok_or_else(|| {
+                let slot = slots.pool.acquire(g.wanted_slot()).ok_or_else(|| {
                     SupervisorError::NoSlot(match g.wanted_slot() {
                         Some(s) => format!("slot {s} for `{}` is taken or out of range", spec.id),
                         None => format!("no free slot for `{}`", spec.id),
                     })
                 })?;
-                services.claim(slot, target);
-                let dl = self.services.dead_letters().clone();
-                (Some((services.device.clone(), slot, dl)), Some(slot))
+                slots.claim(slot, target);
+                Some((slots, slot, self.services.dead_letters().clone()))
             }
-            _ => (None, None),
+            _ => None,
         };
         if let Some(name) = spec.name.as_ref().filter(|n| self.services.registry().lookup(n).is_some()) {
-            if let (Some(gpu), Some(slot)) = (self.services.gpu(), slot) {
-                gpu.unclaim(slot);
-                gpu.slots.release(slot);
+            if let Some((slots, slot, _)) = &gpu {
+                slots.unclaim(*slot);
+                slots.pool.release(*slot);
             }
             return Err(crate::registry::RegistryError::Taken(name.clone()).into());
         }
         let shared = ChildShared::new(spec.id.clone(), spec.name.clone(), gpu);
-        Ok(Child { spec, run: Run::Undefined, shared, slot, attempts: 0, args, started_at: None, consecutive: 0 })
+        Ok(Child { spec, run: Run::Undefined, shared, attempts: 0, args, started_at: None, consecutive: 0 })
     }
 
     /// Drops a child's spec for good: handles see `Gone`, its name and slot are released.
@@ -226,10 +224,10 @@ impl SupervisorState {
         if let Some(name) = &child.spec.name {
             self.services.registry().unbind(name, &child.handle());
         }
-        if let (Some(gpu), Some(slot)) = (self.services.gpu(), child.slot) {
-            retire_slot(&self.services, slot);
-            gpu.unclaim(slot);
-            gpu.slots.release(slot);
+        if let Some(gpu) = &child.shared.gpu {
+            retire_slot(gpu);
+            gpu.slots.unclaim(gpu.slot());
+            gpu.slots.pool.release(gpu.slot());
         }
     }
 
@@ -241,8 +239,8 @@ impl SupervisorState {
             self.remove_child(idx);
         } else {
             child.shared.set_down(ChildStatus::Stopped);
-            if let Some(slot) = child.slot {
-                retire_slot(&self.services, slot);
+            if let Some(gpu) = &child.shared.gpu {
+                retire_slot(gpu);
             }
         }
     }
@@ -339,8 +337,8 @@ impl SupervisorState {
         };
         let reason = shutdown_actor(&cell, child.spec.shutdown).await;
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
-        if let Some(slot) = child.slot {
-            stop_orphaned_slot(&self.services, slot);
+        if let Some(gpu) = &child.shared.gpu {
+            stop_orphaned_slot(gpu);
         }
         tracing::info!(supervisor = %self.id, child = %id, reason = reason.label(), "child terminated");
         self.emit(TreeEvent::ChildExited { supervisor: self.id.clone(), child: id, child_type, reason });
@@ -450,8 +448,8 @@ impl SupervisorState {
         let child = &mut self.children[idx];
         child.run = Run::Undefined;
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
-        if let Some(slot) = child.slot {
-            stop_orphaned_slot(&self.services, slot);
+        if let Some(gpu) = &child.shared.gpu {
+            stop_orphaned_slot(gpu);
         }
         tracing::info!(supervisor = %self.id, child = %id, reason = %reason, "child exited");
         self.emit(TreeEvent::ChildExited {
@@ -641,8 +639,8 @@ impl Drop for SupervisorState {
             if let Run::Running(cell) = &child.run {
                 cell.kill();
             }
-            if let Some(slot) = child.slot {
-                stop_orphaned_slot(&self.services, slot);
+            if let Some(gpu) = &child.shared.gpu {
+                stop_orphaned_slot(gpu);
             }
             self.retire(child);
         }
