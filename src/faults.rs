@@ -17,7 +17,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use ringvisor_device::{DeviceError, Fault};
+use ringvisor_device::{DeviceError, DeviceFault, Fault};
 use ringvisor_supervisor::{ChildRef, EventFault, RegistryError, Services};
 
 /// A fault to inject into one child.
@@ -43,11 +43,21 @@ pub enum InjectedFault {
     DropEvents(Duration),
     /// Host: the slot's device events reach its slot actor this much later, for the next second.
     DelayEvents(Duration),
+    /// Device: the actor gets stuck inside its behaviour for good (the wedge bit): no progress, no heartbeat,
+    /// and it never acknowledges a kill. The watchdog fails the child, its restart is not acknowledged,
+    /// the slot is quarantined and the child moves to another slot.
+    Wedge,
+    /// Device, whole executor: no block makes progress (block 0 included) for the given time. Shorter than
+    /// [`ringvisor_device::DeviceConfig::lost_after`] it is ridden out; longer, the device is lost.
+    StallDevice(Duration),
+    /// Device, whole executor: the persistent kernel stops for good. The runtime declares the device lost
+    /// and restarts it (one_for_all at the device level: tree stopped, new kernel, tree started again).
+    LoseDevice,
 }
 
 impl InjectedFault {
     /// Every kind, for schedules and summaries.
-    pub const ALL: [InjectedFault; 8] = [
+    pub const ALL: [InjectedFault; 11] = [
         Self::CrashNextMessage,
         Self::CorruptNextEnvelope,
         Self::KillDeviceActor,
@@ -56,6 +66,9 @@ impl InjectedFault {
         Self::Hang(None),
         Self::DropEvents(Duration::from_millis(300)),
         Self::DelayEvents(Duration::from_millis(20)),
+        Self::Wedge,
+        Self::StallDevice(Duration::from_millis(50)),
+        Self::LoseDevice,
     ];
 
     /// Short label.
@@ -69,7 +82,15 @@ impl InjectedFault {
             Self::Hang(_) => "hang",
             Self::DropEvents(_) => "drop_events",
             Self::DelayEvents(_) => "delay_events",
+            Self::Wedge => "wedge",
+            Self::StallDevice(_) => "stall_device",
+            Self::LoseDevice => "lose_device",
         }
+    }
+
+    /// A fault of the whole device (the target only picks the device).
+    pub fn is_device_wide(self) -> bool {
+        matches!(self, Self::StallDevice(_) | Self::LoseDevice)
     }
 }
 
@@ -99,11 +120,15 @@ impl<'a> FaultInjector<'a> {
 
     /// Injects `fault` into every running child whose name matches `target` (an exact name or a pattern);
     /// returns how many were hit. Children that are not running, or of the wrong kind for the fault (a
-    /// device fault on a host actor, `KillSupervisor` on a worker), are skipped.
+    /// device fault on a host actor, `KillSupervisor` on a worker), are skipped. A device-wide fault hits
+    /// the device once (returns 1) whatever `target` matched.
     pub fn inject(&self, target: &str, fault: InjectedFault) -> Result<usize, FaultError> {
         let found = self.services.registry().find(target)?;
         if found.is_empty() {
             return Err(FaultError::NoTarget(target.to_string()));
+        }
+        if fault.is_device_wide() {
+            return self.inject_device(fault).map(usize::from);
         }
         let mut hit = 0;
         for (_, child) in &found {
@@ -119,9 +144,12 @@ impl<'a> FaultInjector<'a> {
             InjectedFault::CrashNextMessage
             | InjectedFault::CorruptNextEnvelope
             | InjectedFault::KillDeviceActor
+            | InjectedFault::Wedge
             | InjectedFault::Hang(_) => {
-                let (Some(gpu), Some(device)) = (child.gpu(), self.services.device()) else { return Ok(false) };
+                let Some(gpu) = child.gpu() else { return Ok(false) };
+                let device = gpu.device();
                 match fault {
+                    InjectedFault::Wedge => device.inject(gpu.slot(), Fault::Wedge)?,
                     InjectedFault::CrashNextMessage => device.inject(gpu.slot(), Fault::CrashNextMessage)?,
                     InjectedFault::CorruptNextEnvelope => device.inject(gpu.slot(), Fault::CorruptNextEnvelope)?,
                     InjectedFault::Hang(duration) => {
@@ -161,6 +189,30 @@ impl<'a> FaultInjector<'a> {
                 Ok(true)
             }
             _ => Ok(false),
+        }
+    }
+
+    /// Injects a device-wide fault (`StallDevice`, `LoseDevice`) into the device the tree runs on now.
+    /// Returns false for other faults, or if the device is already lost.
+    pub fn inject_device(&self, fault: InjectedFault) -> Result<bool, FaultError> {
+        let Some(device) = self.services.device() else { return Ok(false) };
+        let result = match fault {
+            InjectedFault::StallDevice(d) => device.inject_device(DeviceFault::Stall).map(|()| {
+                std::thread::spawn(move || {
+                    std::thread::sleep(d);
+                    let _ = device.inject_device(DeviceFault::Resume);
+                });
+            }),
+            InjectedFault::LoseDevice => device.inject_device(DeviceFault::Halt),
+            _ => return Ok(false),
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(fault = fault.label(), "device fault injected");
+                Ok(true)
+            }
+            Err(DeviceError::DeviceLost | DeviceError::Closed) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -22,7 +22,7 @@ mod runtime;
 
 pub use ringvisor_device as device;
 pub use ringvisor_supervisor as supervisor;
-pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeError, DEVICE_CHILD, TOP_SUPERVISOR};
 
 /// The names most programs need.
 pub mod prelude {

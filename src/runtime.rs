@@ -1,11 +1,14 @@
 //! The runtime: a device and the supervision tree that runs on it, brought up and down together.
 
 use std::path::Path;
+use std::time::Duration;
 
-use ringvisor_device::{Device, DeviceConfig, DeviceError};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
+use ringvisor_device::{Device, DeviceConfig, DeviceError, DeviceHealth};
 use ringvisor_supervisor::{
-    ChildRef, DeadLetters, GpuActorRef, Registry, RegistryError, Services, SpecErrors, SpecLoader, SupervisorError,
-    SupervisorRef, SupervisorSpec,
+    ActorFactory, AutoShutdown, BoxFuture, ChildRef, ChildSpec, DeadLetters, GpuActorRef, Registry, RegistryError,
+    Restart, Services, Shutdown, SpecErrors, SpecLoader, StartContext, Strategy, SupervisorError, SupervisorRef,
+    SupervisorSpec,
 };
 
 /// Errors of bringing a runtime up.
@@ -27,7 +30,14 @@ pub struct RuntimeBuilder {
     device: DeviceConfig,
     dead_letters: DeadLetters,
     root_id: String,
+    device_restarts: (u32, Duration),
+    quarantine_limit: usize,
 }
+
+/// The id of the runtime's top supervisor (one_for_all over the device and the tree).
+pub const TOP_SUPERVISOR: &str = "ringvisor";
+/// The id of the device child under the top supervisor.
+pub const DEVICE_CHILD: &str = "device";
 
 impl RuntimeBuilder {
     /// The device configuration (default: [`DeviceConfig::default`], the CPU backend).
@@ -48,12 +58,50 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Most device restarts within `period` (default 3 in 60 s); one more and the runtime gives up (its
+    /// top supervisor shuts down, the tree with it).
+    pub fn device_restarts(mut self, max: u32, period: Duration) -> Self {
+        self.device_restarts = (max, period);
+        self
+    }
+
+    /// Most quarantined slots the device may have (default 16); one more and the device is restarted.
+    pub fn quarantine_limit(mut self, limit: usize) -> Self {
+        self.quarantine_limit = limit;
+        self
+    }
+
     /// Opens the device and starts `spec` as the root supervisor on it.
+    ///
+    /// The device and the tree are the two children of a top supervisor (`ringvisor`, one_for_all): when the
+    /// device is lost (block 0's heartbeat stale past [`DeviceConfig::lost_after`]) or has more quarantined
+    /// slots than the limit, the tree is stopped, a new device (a new persistent kernel) is opened, and the
+    /// tree is started again from its spec. If the root supervisor itself gives up (its intensity
+    /// exceeded), the runtime shuts down.
     pub async fn start(self, spec: SupervisorSpec) -> Result<Runtime, RuntimeError> {
-        let device = Device::open(self.device)?;
+        spec.validate()?;
+        let device = Device::open(self.device.clone())?;
         let services = Services::with_device_and_dead_letters(device.clone(), self.dead_letters);
-        match SupervisorRef::start(self.root_id, spec, services.clone()).await {
-            Ok(root) => Ok(Runtime { device, services, root }),
+        let keeper = DeviceKeeper { config: self.device, quarantine_limit: self.quarantine_limit };
+        let (max, period) = self.device_restarts;
+        let top = SupervisorSpec::new(Strategy::OneForAll)
+            .intensity(max, period)
+            .auto_shutdown(AutoShutdown::AnySignificant)
+            .child(ChildSpec::actor(DEVICE_CHILD, keeper).shutdown(Shutdown::BrutalKill))
+            .child(
+                ChildSpec::supervisor(self.root_id.clone(), spec)
+                    .restart(Restart::Transient)
+                    .significant(true)
+                    .shutdown(Shutdown::Infinity),
+            );
+        let started = async {
+            let top = SupervisorRef::start(TOP_SUPERVISOR, top, services.clone()).await?;
+            let root_child = top.child(&self.root_id).await?;
+            let root = SupervisorRef::from_child(&root_child).ok_or(SupervisorError::NoProc)?;
+            Ok::<_, SupervisorError>(Runtime { services, top, root_child, first_root: root })
+        };
+        match started.await {
+            Ok(rt) => Ok(rt),
             Err(e) => {
                 device.shutdown();
                 Err(e.into())
@@ -72,15 +120,22 @@ impl RuntimeBuilder {
 
 /// A running device with its supervision tree.
 pub struct Runtime {
-    device: Device,
     services: Services,
-    root: SupervisorRef,
+    top: SupervisorRef,
+    root_child: ChildRef,
+    first_root: SupervisorRef,
 }
 
 impl Runtime {
     /// A builder with defaults.
     pub fn builder() -> RuntimeBuilder {
-        RuntimeBuilder { device: DeviceConfig::default(), dead_letters: DeadLetters::default(), root_id: "root".into() }
+        RuntimeBuilder {
+            device: DeviceConfig::default(),
+            dead_letters: DeadLetters::default(),
+            root_id: "root".into(),
+            device_restarts: (3, Duration::from_secs(60)),
+            quarantine_limit: 16,
+        }
     }
 
     /// Opens a device with `config` and starts `spec` on it.
@@ -88,9 +143,9 @@ impl Runtime {
         Self::builder().device(config).start(spec).await
     }
 
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.device
+    /// The device the tree runs on now (a new one after a device restart).
+    pub fn device(&self) -> Device {
+        self.services.device().expect("a runtime always has a device")
     }
 
     /// What the tree shares (registry, dead letters, tree events).
@@ -108,9 +163,14 @@ impl Runtime {
         self.services.dead_letters()
     }
 
-    /// The root supervisor.
-    pub fn root(&self) -> &SupervisorRef {
-        &self.root
+    /// The root supervisor (its current incarnation; a device restart starts a new one).
+    pub fn root(&self) -> SupervisorRef {
+        SupervisorRef::from_child(&self.root_child).unwrap_or_else(|| self.first_root.clone())
+    }
+
+    /// The top supervisor: one_for_all over the device (child `device`) and the root supervisor.
+    pub fn top(&self) -> &SupervisorRef {
+        &self.top
     }
 
     /// The GPU actor registered under `name`.
@@ -128,9 +188,67 @@ impl Runtime {
         crate::faults::FaultInjector::new(&self.services)
     }
 
-    /// Stops the tree (children in reverse start order), then the device.
+    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the device.
     pub async fn shutdown(self) {
-        self.root.shutdown().await;
-        self.device.shutdown();
+        self.top.shutdown().await;
+        if let Some(device) = self.services.device() {
+            device.shutdown();
+        }
+    }
+}
+
+/// The device as a supervised child of the top supervisor: it opens a new device when it is restarted, and
+/// exits abnormally when its device is lost or has too many quarantined slots, so that the top supervisor
+/// (one_for_all) stops the tree, restarts the device and starts the tree again.
+struct DeviceKeeper {
+    config: DeviceConfig,
+    quarantine_limit: usize,
+}
+
+/// How often the keeper looks at the device.
+const KEEPER_CHECK: Duration = Duration::from_millis(20);
+
+impl ActorFactory for DeviceKeeper {
+    fn start(&self, ctx: StartContext) -> BoxFuture<Result<ActorCell, String>> {
+        let (config, limit) = (self.config.clone(), self.quarantine_limit);
+        Box::pin(async move {
+            if ctx.attempt > 1 {
+                // A restart: the tree on the old device is stopped (one_for_all); bring up a new kernel.
+                if let Some(old) = ctx.services.device() {
+                    old.shutdown();
+                }
+                let device = Device::open(config).map_err(|e| format!("cannot reopen the device: {e}"))?;
+                tracing::warn!(attempt = ctx.attempt, backend = %device.describe(), "device restarted");
+                metrics::counter!("ringvisor_device_restarts_total").increment(1);
+                ctx.services.replace_device(device);
+            }
+            ctx.spawn_linked(KeeperActor, (ctx.services.clone(), limit)).await
+        })
+    }
+}
+
+struct KeeperActor;
+
+impl Actor for KeeperActor {
+    type Msg = ();
+    type State = (Services, usize);
+    type Arguments = (Services, usize);
+
+    async fn pre_start(&self, myself: ActorRef<()>, args: Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_interval(KEEPER_CHECK, || ());
+        Ok(args)
+    }
+
+    async fn handle(&self, _: ActorRef<()>, _: (), state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        let (services, limit) = state;
+        let device = services.device().ok_or("no device")?;
+        if device.health() == DeviceHealth::Lost {
+            return Err("device lost: block 0 stopped answering".into());
+        }
+        let quarantined = services.quarantined_slots().len();
+        if quarantined > *limit {
+            return Err(format!("{quarantined} slots quarantined (limit {limit})").into());
+        }
+        Ok(())
     }
 }

@@ -491,6 +491,11 @@ impl Device {
         Ok(Device { inner })
     }
 
+    /// Whether `other` is a handle on this same device (not merely one configured alike).
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Slots on this device.
     pub fn slot_count(&self) -> u32 {
         self.inner.grid.slot_count()

@@ -246,7 +246,13 @@ impl GpuActorRef {
         self.shared.gpu.as_ref().expect("a GpuActorRef is only made for GPU children")
     }
 
-    /// The device slot the child lives in (the same across restarts).
+    /// The device the child runs on (the one it was started on; a device restart starts a new tree).
+    pub fn device(&self) -> &Device {
+        self.gpu().device()
+    }
+
+    /// The device slot the child lives in (the same across restarts, unless its slot is quarantined and the
+    /// child moves).
     pub fn slot(&self) -> u32 {
         self.gpu().slot()
     }

@@ -239,7 +239,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     // Convergence: every child every supervisor lists is running again.
     let deadline = last_fault + Duration::from_secs(20);
     loop {
-        let (_, not_running) = walk(rt.root()).await;
+        let (_, not_running) = walk(rt.top()).await;
         if not_running.is_empty() {
             report.converged = Some(last_fault.elapsed());
             break;
@@ -254,7 +254,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     for p in producers {
         p.await.expect("producer");
     }
-    let (gpu_children, _) = walk(rt.root()).await;
+    let (gpu_children, _) = walk(rt.top()).await;
     report.gpu_children = gpu_children;
     report.free_slots_after = rt.services().free_slots();
     report.restarts = counts.0.load(Ordering::Relaxed);

@@ -1,0 +1,221 @@
+//! Faults the slot-level supervisors cannot fix on their own: a wedged actor (its slot is quarantined and
+//! the child moves), too many quarantined slots or a lost device (the device is restarted: one_for_all at
+//! the device level), a short executor stall (ridden out), and a device that keeps dying (the runtime gives
+//! up).
+
+use std::time::{Duration, Instant};
+
+use ringvisor::device::{DeviceConfig, DeviceError, DeviceHealth, SlotState, UndeliveredReason};
+use ringvisor::faults::InjectedFault;
+use ringvisor::prelude::*;
+use ringvisor::supervisor::*;
+use ringvisor::{DEVICE_CHILD, TOP_SUPERVISOR};
+
+const T: Duration = Duration::from_secs(15);
+
+fn config() -> DeviceConfig {
+    DeviceConfig::default().slots(8).inbox_capacity(16).outbox_capacity(16).state_bytes(64)
+}
+
+fn counter(id: &str) -> ChildSpec {
+    ChildSpec::gpu(id, GpuChild::new("counter").heartbeat_timeout(Some(Duration::from_millis(200))))
+        .name(format!("app/{id}"))
+}
+
+fn tree() -> SupervisorSpec {
+    SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(10, Duration::from_secs(10))
+        .child(counter("a"))
+        .child(counter("b"))
+        .child(counter("c"))
+}
+
+async fn total(actor: &GpuActorRef, delta: i64) -> Result<i64, SendError> {
+    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), T).await?.decode().expect("counter reply");
+    Ok(r[0])
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Every child of every supervisor under the top one is running.
+async fn all_running(rt: &Runtime) -> bool {
+    let mut stack = vec![rt.top().clone()];
+    while let Some(sup) = stack.pop() {
+        let Ok(children) = sup.which_children().await else { return false };
+        for c in children {
+            if c.state != RunState::Running {
+                return false;
+            }
+            stack.extend(SupervisorRef::from_child(&c.child));
+        }
+    }
+    true
+}
+
+async fn converge(rt: &Runtime) {
+    let deadline = Instant::now() + T;
+    while !all_running(rt).await {
+        assert!(Instant::now() < deadline, "the tree did not converge");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot() {
+    let rt = Runtime::start(config(), tree()).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let b = rt.gpu("app/b").unwrap();
+    let old_slot = b.slot();
+    assert_eq!(total(&b, 5).await.unwrap(), 5);
+    assert_eq!(rt.faults().inject("app/b", InjectedFault::Wedge).unwrap(), 1);
+    // Messages to the wedged actor: the watchdog sees them pending with a stale heartbeat and fails the
+    // child; the kill its restart needs is never acknowledged; the slot is quarantined.
+    for _ in 0..3 {
+        b.send(&1i64.to_le_bytes()).unwrap();
+    }
+    let mut quarantined = None;
+    let deadline = Instant::now() + T;
+    while quarantined.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let TreeEvent::SlotQuarantined { child, slot, to } =
+            tokio::time::timeout(left, events.recv()).await.expect("quarantine reported").unwrap()
+        {
+            quarantined = Some((child, slot, to));
+        }
+    }
+    let (child, slot, to) = quarantined.unwrap();
+    assert_eq!((child.as_str(), slot), ("b", old_slot));
+    let new_slot = to.expect("moved to a free slot");
+    assert_ne!(new_slot, old_slot);
+    assert_eq!(rt.services().quarantined_slots(), vec![old_slot]);
+    assert!(rt.device().is_quarantined(old_slot));
+    // The same handle reaches the new incarnation on the new slot, from fresh state.
+    eventually("b running on its new slot", || b.status() == ChildStatus::Running && b.slot() == new_slot).await;
+    assert_eq!(total(&b, 2).await.unwrap(), 2);
+    // The three messages stuck in the wedged slot are dead letters, with the reason.
+    let stuck: Vec<_> =
+        rt.dead_letters().snapshot().into_iter().filter(|l| l.reason == DeadLetterReason::SlotQuarantined).collect();
+    assert_eq!(stuck.len(), 3, "{stuck:?}");
+    assert!(stuck.iter().all(|l| l.target.as_deref() == Some("app/b") && l.slot == Some(old_slot)));
+    // The other children were not touched, and the slot is never handed out again on this device.
+    assert_eq!(total(&rt.gpu("app/a").unwrap(), 1).await.unwrap(), 1);
+    let before = rt.services().free_slots();
+    rt.root().start_child(counter("d")).await.unwrap();
+    assert_ne!(rt.gpu("app/d").unwrap().slot(), old_slot);
+    assert_eq!(rt.services().free_slots(), before - 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel() {
+    let config = config().lost_after(Some(Duration::from_millis(300)));
+    let rt = Runtime::builder().device(config).start(tree()).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let old_device = rt.device();
+    let a = rt.gpu("app/a").unwrap();
+    assert_eq!(total(&a, 7).await.unwrap(), 7);
+    assert_eq!(rt.faults().inject("app/*", InjectedFault::LoseDevice).unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Messages sent to the halted kernel are not processed; they are handed back when it is declared lost.
+    let lost_call = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call(&1i64.to_le_bytes(), T).await })
+    };
+    a.send(&1i64.to_le_bytes()).unwrap();
+    let outcome = lost_call.await.unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Err(SendError::Device(DeviceError::Undelivered { reason: UndeliveredReason::DeviceLost, .. }))
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(old_device.health(), DeviceHealth::Lost);
+    // One_for_all at the device level: the device child exits, the tree is stopped, both start again.
+    let mut device_exit = None;
+    let deadline = Instant::now() + T;
+    while device_exit.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await.expect("device restart").unwrap() {
+            TreeEvent::ChildExited { supervisor, child, reason, .. }
+                if supervisor == TOP_SUPERVISOR && child == DEVICE_CHILD =>
+            {
+                device_exit = Some(reason)
+            }
+            _ => {}
+        }
+    }
+    assert!(device_exit.unwrap().to_string().contains("device lost"));
+    converge(&rt).await;
+    let new_device = rt.device();
+    assert_eq!(new_device.health(), DeviceHealth::Running);
+    assert_eq!(old_device.health(), DeviceHealth::Lost, "the old device stays lost");
+    // The names resolve to the children on the new device, from fresh state; the old handle is gone.
+    let a2 = rt.gpu("app/a").unwrap();
+    assert_eq!(total(&a2, 3).await.unwrap(), 3);
+    assert_eq!(new_device.snapshot(a2.slot()).unwrap().state, SlotState::Active);
+    assert!(matches!(a.send(&[0; 8]), Err(SendError::Gone { .. })));
+    // Every message the lost device held is a dead letter with the reason.
+    let lost = rt.dead_letters().stats().count(DeadLetterReason::DeviceLost);
+    assert_eq!(lost, 2, "the call and the send: {}", rt.dead_letters().stats());
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_quarantined_slots_restart_the_device() {
+    let rt = Runtime::builder().device(config()).quarantine_limit(1).start(tree()).await.unwrap();
+    let old_device = rt.device();
+    for name in ["app/a", "app/b"] {
+        let actor = rt.gpu(name).unwrap();
+        rt.faults().inject(name, InjectedFault::Wedge).unwrap();
+        actor.send(&1i64.to_le_bytes()).unwrap();
+    }
+    // Two quarantined slots > limit 1: a new device comes up and the tree is created on it.
+    eventually("a new device", || !rt.device().same_device(&old_device)).await;
+    assert!(rt.services().quarantined_slots().is_empty(), "a new device has no quarantined slot");
+    converge(&rt).await;
+    for name in ["app/a", "app/b", "app/c"] {
+        assert_eq!(total(&rt.gpu(name).unwrap(), 4).await.unwrap(), 4, "{name} on the new device");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_executor_stall_is_ridden_out_without_restarts() {
+    let rt = Runtime::start(config(), tree()).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let a = rt.gpu("app/a").unwrap();
+    assert_eq!(total(&a, 1).await.unwrap(), 1);
+    // Longer than every child's heartbeat timeout (200 ms), shorter than the device's lost_after (3 s).
+    rt.faults().inject("app/a", InjectedFault::StallDevice(Duration::from_millis(600))).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    assert_eq!(total(&a, 1).await.unwrap(), 2, "the call waits out the stall");
+    assert!(started.elapsed() >= Duration::from_millis(400), "{:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, TreeEvent::ChildExited { .. } | TreeEvent::Restarting { .. }), "{e:?}");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_keeps_dying_makes_the_runtime_give_up() {
+    let config = config().lost_after(Some(Duration::from_millis(200)));
+    let rt = Runtime::builder().device(config).device_restarts(1, Duration::from_secs(60)).start(tree()).await.unwrap();
+    let first = rt.device();
+    rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap();
+    eventually("a new device", || !rt.device().same_device(&first)).await;
+    converge(&rt).await;
+    assert_eq!(total(&rt.gpu("app/a").unwrap(), 1).await.unwrap(), 1, "the tree is back");
+    // The second loss within the period exceeds the top supervisor's intensity (1): it shuts down.
+    rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap();
+    tokio::time::timeout(T, rt.top().wait()).await.expect("the runtime gave up");
+    assert!(rt.gpu("app/a").is_none(), "names are released");
+}
