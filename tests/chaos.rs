@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use ringvisor::faults::InjectedFault;
 use support::chaos::{run, ChaosConfig};
 
 async fn chaos(seed: u64) -> u64 {
@@ -21,12 +22,13 @@ async fn chaos(seed: u64) -> u64 {
     println!("chaos seed {seed}:\n{}", report.table());
     assert!(report.other_errors.is_empty(), "unexpected errors: {:?}", report.other_errors);
     assert_eq!(report.timeouts, 0, "a call timed out");
-    let dead = report.undelivered + report.gone + report.inbox_full;
+    let dead = report.undelivered + report.gone + report.inbox_full + report.device_lost;
     assert_eq!(report.answered + dead, report.handed, "every call is answered or a dead letter");
     assert_eq!(report.dead_letters.total(), dead, "one dead letter per call not answered ({})", report.dead_letters);
     assert!(report.converged.is_some(), "not running 20 s after the last fault: {:?}", report.not_running);
-    assert_eq!(report.free_slots_after, 256 - report.gpu_children, "slots leaked");
-    assert!(report.faults.len() == 8, "every fault kind injected: {:?}", report.faults);
+    assert_eq!(report.free_slots_after + report.quarantined_after, 256 - report.gpu_children, "slots leaked");
+    assert_eq!(report.faults.len(), InjectedFault::ALL.len(), "every fault kind injected: {:?}", report.faults);
+    assert!(report.device_restarts >= 1, "the lost device was restarted");
     assert!(report.restarts > 0);
     // Bounded memory: what the process holds at the end of the faults is not far above what it held a
     // quarter in (allocator slack aside), whatever the duration.

@@ -32,7 +32,7 @@ use crate::message::{check_payload, Envelope, Reply};
 use crate::shared::SharedGrid;
 use crate::sync::{Completion, Stream, StreamInner};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -382,6 +382,8 @@ pub(crate) struct DeviceInner {
     closed: AtomicBool,
     /// Declared lost (implies `closed`).
     lost: AtomicBool,
+    /// The device-wide fault bits the host has set (`RV_DEVICE_*`).
+    device_faults: AtomicU32,
     lost_after: Option<Duration>,
     opened: Instant,
     /// When block 0's heartbeat was last seen moving, nanoseconds after `opened`.
@@ -478,6 +480,7 @@ impl Device {
             }),
             closed: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            device_faults: AtomicU32::new(0),
             lost_after: config.lost_after,
             opened: Instant::now(),
             last_beat_ns: AtomicU64::new(0),
@@ -976,10 +979,15 @@ impl Device {
     /// Injects a fault into the whole device through the grid header; the device code carries it out.
     pub fn inject_device(&self, fault: DeviceFault) -> Result<(), DeviceError> {
         self.check_open()?;
+        // A halt is for good: a later Resume ends a stall only.
         let bits = match fault {
-            DeviceFault::Stall => RV_DEVICE_STALL,
-            DeviceFault::Resume => 0,
-            DeviceFault::Halt => RV_DEVICE_HALT,
+            DeviceFault::Stall => {
+                self.inner.device_faults.fetch_or(RV_DEVICE_STALL, Ordering::AcqRel) | RV_DEVICE_STALL
+            }
+            DeviceFault::Resume => {
+                self.inner.device_faults.fetch_and(!RV_DEVICE_STALL, Ordering::AcqRel) & !RV_DEVICE_STALL
+            }
+            DeviceFault::Halt => self.inner.device_faults.fetch_or(RV_DEVICE_HALT, Ordering::AcqRel) | RV_DEVICE_HALT,
         };
         tracing::warn!(?fault, "device fault injected");
         self.inner.grid.write_device_faults(bits);

@@ -121,3 +121,12 @@ fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     assert_eq!(d.quarantine(9).unwrap_err(), DeviceError::SlotOutOfRange { slot: 9, slot_count: 3 });
     assert_eq!(i64_of(&d.call(2, &7i64.to_le_bytes(), T).unwrap()), 7);
 }
+
+#[test]
+fn a_halt_is_for_good_even_if_a_stall_ends_after_it() {
+    let d = counter_device(1, Some(Duration::from_millis(300)));
+    d.inject_device(DeviceFault::Stall).unwrap();
+    d.inject_device(DeviceFault::Halt).unwrap();
+    d.inject_device(DeviceFault::Resume).unwrap(); // ends the stall, not the halt
+    eventually("declared lost", || d.health() == DeviceHealth::Lost);
+}

@@ -33,13 +33,19 @@ pub struct ChaosReport {
     pub gone: u64,
     pub inbox_full: u64,
     pub timeouts: u64,
+    /// Calls that failed because the device was lost (each is a dead letter).
+    pub device_lost: u64,
     pub other_errors: Vec<String>,
     pub dead_letters: DeadLetterStats,
     pub converged: Option<Duration>,
     pub not_running: Vec<String>,
     pub free_slots_before: usize,
     pub free_slots_after: usize,
+    /// Slots quarantined on the device at the end.
+    pub quarantined_after: usize,
     pub gpu_children: usize,
+    /// Device restarts (the top supervisor's one_for_all).
+    pub device_restarts: u64,
     /// Resident memory a quarter into the fault phase and at its end, bytes.
     pub rss_early: u64,
     pub rss_end: u64,
@@ -59,16 +65,19 @@ impl ChaosReport {
             t += &format!("| faults: {k} | {v} |\n");
         }
         t += &format!(
-            "| GPU children | {} |\n| restarts | {} |\n| escalations | {} |\n",
-            self.gpu_children, self.restarts, self.escalations
+            "| GPU children | {} |\n| restarts | {} |\n| escalations | {} |\n| device restarts | {} |\n",
+            self.gpu_children, self.restarts, self.escalations, self.device_restarts
         );
         t += &format!(
-            "| calls handed | {} |\n| answered | {} |\n| undelivered (dead letter) | {} |\n| target gone (dead letter) | {} |\n| inbox full (dead letter) | {} |\n| timed out | {} |\n",
-            self.handed, self.answered, self.undelivered, self.gone, self.inbox_full, self.timeouts
+            "| calls handed | {} |\n| answered | {} |\n| undelivered (dead letter) | {} |\n| target gone (dead letter) | {} |\n| inbox full (dead letter) | {} |\n| device lost (dead letter) | {} |\n| timed out | {} |\n",
+            self.handed, self.answered, self.undelivered, self.gone, self.inbox_full, self.device_lost, self.timeouts
         );
         t += &format!("| dead letters | {} |\n", self.dead_letters);
         t += &format!("| converged after the last fault | {:?} |\n", self.converged);
-        t += &format!("| free slots before / after | {} / {} |\n", self.free_slots_before, self.free_slots_after);
+        t += &format!(
+            "| free slots before / after (quarantined at the end) | {} / {} ({}) |\n",
+            self.free_slots_before, self.free_slots_after, self.quarantined_after
+        );
         t += &format!(
             "| resident memory early / end of faults | {} / {} MiB |\n",
             self.rss_early >> 20,
@@ -128,6 +137,7 @@ struct Tally {
     gone: AtomicU64,
     inbox_full: AtomicU64,
     timeouts: AtomicU64,
+    device_lost: AtomicU64,
     other: std::sync::Mutex<Vec<String>>,
 }
 
@@ -154,21 +164,37 @@ async fn walk(root: &SupervisorRef) -> (usize, Vec<String>) {
 
 /// Runs the chaos scenario and reports.
 pub async fn run(cfg: ChaosConfig) -> ChaosReport {
-    let config = DeviceConfig::default().slots(256).inbox_capacity(32).outbox_capacity(32).state_bytes(1024);
-    let rt = ringvisor::Runtime::builder().device(config).root_id("chaos").start(tree()).await.expect("tree starts");
+    let config = DeviceConfig::default()
+        .slots(256)
+        .inbox_capacity(32)
+        .outbox_capacity(32)
+        .state_bytes(1024)
+        .lost_after(Some(Duration::from_millis(500)));
+    // Wedges fill the quarantine; past 24 slots the device restarts (and once per run it is lost outright).
+    let rt = ringvisor::Runtime::builder()
+        .device(config)
+        .root_id("chaos")
+        .quarantine_limit(24)
+        .device_restarts(1_000, Duration::from_secs(1))
+        .start(tree())
+        .await
+        .expect("tree starts");
     let pool = SupervisorRef::from_child(&rt.registry().lookup("chaos/pool").expect("pool")).expect("pool sup");
     for _ in 0..40 {
         pool.start_dynamic(Vec::new()).await.expect("pool child");
     }
     let mut report = ChaosReport { free_slots_before: rt.services().free_slots(), ..Default::default() };
     // Tree events are counted as they come (a soak must not queue them).
-    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)));
     let mut events = rt.services().events().subscribe();
     let counter = {
         let counts = counts.clone();
         tokio::spawn(async move {
             while let Some(e) = events.recv().await {
                 match e {
+                    TreeEvent::Restarting { supervisor, .. } if supervisor == ringvisor::TOP_SUPERVISOR => {
+                        counts.2.fetch_add(1, Ordering::Relaxed)
+                    }
                     TreeEvent::Restarting { .. } => counts.0.fetch_add(1, Ordering::Relaxed),
                     TreeEvent::IntensityReached { .. } => counts.1.fetch_add(1, Ordering::Relaxed),
                     _ => 0,
@@ -206,6 +232,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                         Err(SendError::Gone { .. }) => &tally.gone,
                         Err(SendError::InboxFull) => &tally.inbox_full,
                         Err(SendError::Timeout) => &tally.timeouts,
+                        Err(SendError::Device(DeviceError::DeviceLost)) => &tally.device_lost,
                         Err(e) => {
                             tally.other.lock().unwrap().push(e.to_string());
                             continue;
@@ -217,14 +244,22 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         })
         .collect();
 
-    // Faults, from the seeded schedule.
-    let mut schedule = ChaosSchedule::new(cfg.seed, &InjectedFault::ALL);
+    // Faults, from the seeded schedule; the device is lost once, halfway (each loss restarts the whole tree).
+    let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
+    let mut schedule = ChaosSchedule::new(cfg.seed, &kinds);
     let started = Instant::now();
+    let mut device_lost = false;
     while started.elapsed() < cfg.duration {
         if report.rss_early == 0 && started.elapsed() >= cfg.duration / 4 {
             report.rss_early = rss_bytes();
         }
         let (fault, _) = schedule.next(1).expect("kinds");
+        if !device_lost && started.elapsed() >= cfg.duration / 2 {
+            device_lost = rt.faults().inject_device(InjectedFault::LoseDevice).expect("device fault");
+            if device_lost {
+                *report.faults.entry(InjectedFault::LoseDevice.label()).or_default() += 1;
+            }
+        }
         let pool = if fault == InjectedFault::KillSupervisor { &supervisors } else { &workers };
         let target = &pool[schedule.pick(pool.len())];
         if let Ok(n) = rt.faults().inject(target, fault) {
@@ -257,6 +292,8 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     let (gpu_children, _) = walk(rt.top()).await;
     report.gpu_children = gpu_children;
     report.free_slots_after = rt.services().free_slots();
+    report.quarantined_after = rt.services().quarantined_slots().len();
+    report.device_restarts = counts.2.load(Ordering::Relaxed);
     report.restarts = counts.0.load(Ordering::Relaxed);
     report.escalations = counts.1.load(Ordering::Relaxed);
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -266,6 +303,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     report.gone = load(&tally.gone);
     report.inbox_full = load(&tally.inbox_full);
     report.timeouts = load(&tally.timeouts);
+    report.device_lost = load(&tally.device_lost);
     report.other_errors = tally.other.lock().unwrap().clone();
     report.dead_letters = rt.dead_letters().stats();
     rt.shutdown().await;
