@@ -3,3 +3,5 @@
 #include "behaviours/counter.cu"
 #include "behaviours/kv.cu"
 #include "behaviours/test.cu"
+#include "behaviours/sensor.cu"
+#include "behaviours/alerts.cu"

@@ -536,8 +536,9 @@ RV_FN uint32_t rv_event_room(const rv_grid_view *g) {
     return used >= g->event_capacity ? 0 : g->event_capacity - used;
 }
 
-RV_FN void rv_publish(const rv_grid_view *g, uint32_t kind, uint32_t slot, const rv_command *cmd, int32_t code,
-                      uint32_t inbox_head, uint32_t failed_index, uint32_t k2k_dropped) {
+RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t slot, const rv_command *cmd,
+                                int32_t code, uint32_t inbox_head, uint32_t failed_index, uint32_t k2k_dropped,
+                                uint64_t messages_processed) {
     rv_grid_header *h = g->header;
     uint32_t tail = h->event_tail;
     rv_event *e = &g->events[tail & (g->event_capacity - 1)];
@@ -553,11 +554,18 @@ RV_FN void rv_publish(const rv_grid_view *g, uint32_t kind, uint32_t slot, const
     e->k2k_dropped = k2k_dropped;
     e->cmd_id = cmd ? cmd->cmd_id : 0;
     e->time_ns = rv_now_ns();
-    e->messages_processed = in_range ? rv_load_relaxed_u64(&cb->messages_processed) : 0;
+    e->messages_processed = messages_processed;
     e->op = cmd ? cmd->op : RV_OP_NONE;
     e->reserved = 0;
     rv_store_release_u32(&h->event_tail, tail + 1);
     rv_store_relaxed_u64(&h->events_published, h->events_published + 1);
+}
+
+/* Publishes an event carrying the slot's current messages_processed. */
+RV_FN void rv_publish(const rv_grid_view *g, uint32_t kind, uint32_t slot, const rv_command *cmd, int32_t code,
+                      uint32_t inbox_head, uint32_t failed_index, uint32_t k2k_dropped) {
+    uint64_t processed = slot < g->slot_count ? rv_load_relaxed_u64(&g->blocks[slot].messages_processed) : 0;
+    rv_publish_processed(g, kind, slot, cmd, code, inbox_head, failed_index, k2k_dropped, processed);
 }
 
 RV_FN void rv_reject(const rv_grid_view *g, const rv_command *cmd, int32_t code) {
@@ -615,6 +623,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     rv_sv_record *rec = &g->sv[slot];
     uint32_t old_head = cb->inbox_head;
     uint32_t old_failed = cb->failed_index;
+    uint64_t old_processed = cb->messages_processed; /* reported with Created/Restarted: the previous incarnation's */
     rv_store_relaxed_u32(&cb->state, RV_STATE_INITIALIZING);
     rv_zero_bytes(rv_state_region(g, slot), g->state_bytes);
     uint32_t dropped = rv_reclaim_k2k(g, slot);
@@ -656,12 +665,13 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     if (rc == RV_OK) {
         rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
         rec->reported_state = RV_STATE_ACTIVE;
-        rv_publish(g, success_kind, slot, cmd, 0, old_head, old_failed, dropped);
+        rv_publish_processed(g, success_kind, slot, cmd, 0, old_head, old_failed, dropped, old_processed);
     } else {
         cb->last_error = rc == RV_STALL ? RV_ERR_NOT_ALLOWED : rc;
         rv_store_release_u32(&cb->state, RV_STATE_FAILED);
         rec->reported_state = RV_STATE_FAILED;
-        rv_publish(g, RV_EVT_CREATE_FAILED, slot, cmd, cb->last_error, old_head, old_failed, dropped);
+        rv_publish_processed(g, RV_EVT_CREATE_FAILED, slot, cmd, cb->last_error, old_head, old_failed, dropped,
+                             old_processed);
     }
 }
 

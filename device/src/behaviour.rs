@@ -1,6 +1,6 @@
 //! Behaviours: the device functions an actor runs, registered by name.
 //!
-//! Four are built in (`echo`, `counter`, `kv`, `test`; see `kernels/behaviours/`). Users add their own with
+//! Six are built in (`echo`, `counter`, `kv`, `test`, and the demo's `sensor` and `alerts`; see `kernels/behaviours/`). Users add their own with
 //! the `ringvisor-build` helper, which compiles a `.cu` file for the CPU backend and embeds its source for
 //! NVRTC, then hands [`UserBehaviour`] values to [`BehaviourSet::register`].
 
@@ -44,11 +44,13 @@ pub struct BehaviourSet {
 }
 
 /// The built-in behaviours: name, id, device function.
-pub const BUILTIN_BEHAVIOURS: [(&str, u32, &str); 4] = [
+pub const BUILTIN_BEHAVIOURS: [(&str, u32, &str); 6] = [
     ("echo", 1, "rv_behaviour_echo"),
     ("counter", 2, "rv_behaviour_counter"),
     ("kv", 3, "rv_behaviour_kv"),
     ("test", 4, "rv_behaviour_test"),
+    ("sensor", 5, "rv_behaviour_sensor"),
+    ("alerts", 6, "rv_behaviour_alerts"),
 ];
 
 impl Default for BehaviourSet {
@@ -58,7 +60,7 @@ impl Default for BehaviourSet {
 }
 
 impl BehaviourSet {
-    /// The four built-in behaviours.
+    /// The six built-in behaviours.
     pub fn builtins() -> Self {
         let entries = BUILTIN_BEHAVIOURS
             .iter()

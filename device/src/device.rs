@@ -1187,7 +1187,7 @@ impl DeviceInner {
             state: host.state,
             code: None,
             cmd_id: 0,
-            messages_processed: 0,
+            messages_processed: self.grid.snapshot(slot).messages_processed,
             k2k_dropped: 0,
             time_ns: 0,
             inbox_head: head,

@@ -127,7 +127,8 @@ pub struct DeviceEvent {
     pub code: Option<DeviceCode>,
     /// The command that caused it (0: none).
     pub cmd_id: u64,
-    /// Messages the previous incarnation processed.
+    /// Messages processed by the incarnation the event ends (Failed, Killed, Drained, and the host-made
+    /// DeviceLost and Quarantined), or by the one before it (Created, Restarted, CreateFailed).
     pub messages_processed: u64,
     /// Kernel-to-kernel messages discarded by this transition.
     pub k2k_dropped: u32,

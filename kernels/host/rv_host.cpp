@@ -14,6 +14,8 @@ extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
     case RV_BEHAVIOUR_COUNTER: return rv_behaviour_counter;
     case RV_BEHAVIOUR_KV: return rv_behaviour_kv;
     case RV_BEHAVIOUR_TEST: return rv_behaviour_test;
+    case RV_BEHAVIOUR_SENSOR: return rv_behaviour_sensor;
+    case RV_BEHAVIOUR_ALERTS: return rv_behaviour_alerts;
     default: return 0;
     }
 }

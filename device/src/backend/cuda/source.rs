@@ -16,6 +16,8 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
     ("behaviours/counter.cu", include_str!("../../../../kernels/behaviours/counter.cu")),
     ("behaviours/kv.cu", include_str!("../../../../kernels/behaviours/kv.cu")),
     ("behaviours/test.cu", include_str!("../../../../kernels/behaviours/test.cu")),
+    ("behaviours/sensor.cu", include_str!("../../../../kernels/behaviours/sensor.cu")),
+    ("behaviours/alerts.cu", include_str!("../../../../kernels/behaviours/alerts.cu")),
     ("cuda/rv_kernel.cu", include_str!("../../../../kernels/cuda/rv_kernel.cu")),
 ];
 
