@@ -17,6 +17,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod app;
 pub mod faults;
 mod runtime;
 

@@ -1,157 +1,312 @@
-//! `ringvisor`: the command-line entry point.
+//! `ringvisor`: the command line.
 //!
-//! `ringvisor demo [--duration SECS] [--actors N]` runs the main job on the CPU backend: supervised counter
-//! actors on a running device (a `simple_one_for_one` pool under a root supervisor), producers calling them
-//! through stable handles, a crash injected into a random actor every 100 ms and restarted by its supervisor,
-//! then a summary that accounts for every message: answered, or a dead letter with its reason.
+//! - `ringvisor demo`: the main job on the CPU backend: 256 sensor actors detecting planted anomalies under a
+//!   fault a second, then a summary that accounts for every reading.
+//! - `ringvisor run TREE.toml`: start a declared tree and watch it until Ctrl-C (or `--duration`).
+//! - `ringvisor check TREE.toml`: validate a declared tree, every error with its location.
+//! - `ringvisor chaos TREE.toml --seed S --rate R --duration D`: run a declared tree under faults.
+//!
+//! On a terminal the command shows the live view; elsewhere a progress line a second; `--json` prints one
+//! JSON object per line. `--metrics-addr ADDR` serves Prometheus metrics. Ctrl-C (or `q` in the live view)
+//! stops the tree in order (reverse start order, shutdown specs honoured) and prints the summary.
 
-use ringvisor::prelude::*;
-use ringvisor::supervisor::{DeadLetterReason, SendError, TreeEvent};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-struct Args {
-    duration: Duration,
-    actors: u32,
+use clap::{Parser, Subcommand};
+use ringvisor::app::chaos::{settle, ChaosTask};
+use ringvisor::app::demo::{Demo, DemoConfig};
+use ringvisor::app::live::LiveView;
+use ringvisor::app::monitor::Monitor;
+use ringvisor::app::report::{self, Output};
+use ringvisor::device::{BehaviourSet, DeviceConfig};
+use ringvisor::faults::InjectedFault;
+use ringvisor::supervisor::SpecLoader;
+use ringvisor::Runtime;
+
+#[derive(Parser)]
+#[command(name = "ringvisor", version, about = "Erlang/OTP-style supervision for persistent GPU actors")]
+struct Cli {
+    /// Print one JSON object per line (tree events, progress, summary) instead of the live view.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Print plain progress lines even on a terminal.
+    #[arg(long, global = true)]
+    plain: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9100).
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args { duration: Duration::from_secs(10), actors: 256 };
-    match it.next().as_deref() {
-        Some("demo") => {}
-        Some(other) => return Err(format!("unknown command `{other}`")),
-        None => return Err("missing command".into()),
-    }
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--duration" => {
-                let secs: f64 = value()?.parse().map_err(|e| format!("--duration: {e}"))?;
-                if !(secs > 0.0 && secs < 86_400.0) {
-                    return Err("--duration must be between 0 and 86400 seconds".into());
-                }
-                args.duration = Duration::from_secs_f64(secs);
-            }
-            "--actors" => {
-                args.actors = value()?.parse().map_err(|e| format!("--actors: {e}"))?;
-                if args.actors < 2 {
-                    return Err("--actors must be at least 2".into());
-                }
-            }
-            other => return Err(format!("unknown flag `{other}`")),
-        }
-    }
-    Ok(args)
+#[derive(Subcommand)]
+enum Command {
+    /// The main job on the CPU backend: a sensor fleet detecting planted anomalies while faults strike.
+    Demo {
+        /// How long the load runs, seconds.
+        #[arg(long, default_value = "15", value_parser = seconds)]
+        duration: Duration,
+        /// Sensor actors.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        sensors: u32,
+        /// Readings per second per sensor.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        /// Seed of the readings, the planted anomalies and the faults.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// No faults.
+        #[arg(long)]
+        no_chaos: bool,
+    },
+    /// Start a declared tree (TOML) and watch it until Ctrl-C or the duration.
+    Run {
+        /// The tree file.
+        tree: PathBuf,
+        /// Stop after this many seconds.
+        #[arg(long, value_parser = seconds)]
+        duration: Option<Duration>,
+        /// Device slots.
+        #[arg(long, default_value_t = 1024)]
+        slots: u32,
+    },
+    /// Validate a declared tree (TOML): every error with its location; exits non-zero if there is one.
+    Check {
+        /// The tree file.
+        tree: PathBuf,
+    },
+    /// Run a declared tree (TOML) under seeded faults and print the chaos summary.
+    Chaos {
+        /// The tree file.
+        tree: PathBuf,
+        /// Seed of the fault schedule (the same seed replays the same faults).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Faults per second.
+        #[arg(long, default_value = "10", value_parser = rate)]
+        rate: f64,
+        /// How long the faults run, seconds.
+        #[arg(long, default_value = "10", value_parser = seconds)]
+        duration: Duration,
+        /// Device slots.
+        #[arg(long, default_value_t = 1024)]
+        slots: u32,
+    },
 }
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 86_400.0) {
+        return Err("must be between 0 and 86400 seconds".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 10_000.0) {
+        return Err("must be between 0 and 10000 faults per second".into());
+    }
+    Ok(v)
+}
+
+type BoxError = Box<dyn std::error::Error>;
 
 #[tokio::main]
-async fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let output = Output::choose(cli.json, cli.plain);
+    // Logs go to stderr only when asked for (RUST_LOG): they would tear the live view.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    if let Some(addr) = cli.metrics_addr {
+        if let Err(e) = ringvisor::app::prometheus::serve(addr) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let result = match cli.command {
+        Command::Demo { duration, sensors, rate, seed, no_chaos } => {
+            let config = DemoConfig {
+                sensors,
+                rate,
+                seed,
+                chaos_every: (!no_chaos).then_some(Duration::from_secs(1)),
+                ..DemoConfig::default()
+            };
+            demo(config, duration, output).await
+        }
+        Command::Run { tree, duration, slots } => run(tree, duration, slots, output).await,
+        Command::Check { tree } => check(tree),
+        Command::Chaos { tree, seed, rate, duration, slots } => chaos(tree, seed, rate, duration, slots, output).await,
+    };
+    match result {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}\nusage: ringvisor demo [--duration SECS] [--actors N]");
-            std::process::exit(2);
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why watching stopped.
+#[derive(PartialEq, Eq)]
+enum Stopped {
+    Duration,
+    Interrupted,
+    TreeEnded,
+}
+
+/// Watches `rt` until `until`, Ctrl-C (or `q` in the live view), or the end of the tree, reporting as
+/// `output` says.
+async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str, until: Option<Instant>) -> Stopped {
+    let mut live = (output == Output::Live).then(LiveView::enter);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let tick = if live.is_some() { Duration::from_millis(250) } else { Duration::from_secs(1) };
+    let stopped = loop {
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break Stopped::Duration;
+        }
+        if !rt.top().is_alive() {
+            break Stopped::TreeEnded;
+        }
+        let events = monitor.drain();
+        if output == Output::Json {
+            for e in &events {
+                println!("{}", report::event_json(e));
+            }
+        }
+        let snap = monitor.sample(rt).await;
+        match (&mut live, output) {
+            (Some(view), _) => {
+                let _ = view.draw(&snap, title);
+                if view.wants_stop(Duration::from_millis(20)) {
+                    break Stopped::Interrupted;
+                }
+            }
+            (None, Output::Json) => println!("{}", report::progress_json(&snap)),
+            (None, _) => println!("{}", report::progress_line(&snap)),
+        }
+        let wait = until.map_or(tick, |u| tick.min(u.saturating_duration_since(Instant::now())));
+        tokio::select! {
+            _ = &mut ctrl_c => break Stopped::Interrupted,
+            _ = tokio::time::sleep(wait) => {}
         }
     };
-    if let Err(e) = demo(args).await {
-        eprintln!("error: {e}");
-        std::process::exit(1);
+    drop(live);
+    if stopped == Stopped::Interrupted && output != Output::Json {
+        println!("interrupted: stopping the tree in order");
+    }
+    stopped
+}
+
+async fn demo(config: DemoConfig, duration: Duration, output: Output) -> Result<ExitCode, BoxError> {
+    let sensors = config.sensors;
+    let demo = Demo::start(config, DeviceConfig::default()).await?;
+    if output != Output::Json {
+        println!(
+            "ringvisor demo: {sensors} sensor actors and an alert aggregator on {}",
+            demo.runtime().device().describe()
+        );
+    }
+    let mut monitor = Monitor::new(demo.runtime());
+    watch(demo.runtime(), &mut monitor, output, "ringvisor demo", Some(Instant::now() + duration)).await;
+    monitor.drain();
+    let (restarts, escalations) = monitor.counts();
+    let summary = demo.finish(restarts, escalations).await?;
+    match output {
+        Output::Json => println!("{}", report::demo_json(&summary)),
+        _ => print!("{}", report::demo_text(&summary)),
+    }
+    Ok(if summary.nothing_lost() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn loader() -> SpecLoader {
+    SpecLoader::new().behaviours(BehaviourSet::builtins().names().map(str::to_string))
+}
+
+fn check(tree: PathBuf) -> Result<ExitCode, BoxError> {
+    match loader().load_file(&tree) {
+        Ok(spec) => {
+            println!("{}: ok\n{}", tree.display(), spec.outline());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            eprintln!("{}: {} error(s)\n{errors}", tree.display(), errors.0.len());
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
-/// What the producers saw.
-#[derive(Default)]
-struct Tally {
-    handed: AtomicU64,
-    answered: AtomicU64,
-    undelivered: AtomicU64,
-    refused: AtomicU64,
-    timed_out: AtomicU64,
+async fn start_tree(tree: &PathBuf, slots: u32) -> Result<Runtime, BoxError> {
+    let spec = loader().load_file(tree)?;
+    Ok(Runtime::builder().device(DeviceConfig::default().slots(slots)).start(spec).await?)
 }
 
-async fn demo(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let pool = SupervisorSpec::simple(ChildSpec::gpu("counter", GpuChild::new("counter")).name("demo/counters/{id}"))
-        .intensity(10_000, Duration::from_secs(1));
-    let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::supervisor("counters", pool));
-    let config = DeviceConfig::default().slots(args.actors);
-    let rt = Runtime::builder().device(config).root_id("demo").start(spec).await?;
-    println!("ringvisor demo: {} supervised counter actors on {}", args.actors, rt.device().describe());
-    let pool = ringvisor::supervisor::SupervisorRef::from_child(&rt.root().child("counters").await?)
-        .ok_or("the pool supervisor is not running")?;
-    for _ in 0..args.actors {
-        pool.start_dynamic(Vec::new()).await?;
+/// Prints the end-of-run summary of a declared tree.
+fn tree_summary(monitor: &Monitor, rt: &Runtime, output: Output) {
+    let (restarts, escalations) = monitor.counts();
+    let dead = rt.dead_letters().stats();
+    if output == Output::Json {
+        println!(
+            "{}",
+            serde_json::json!({ "type": "summary", "restarts": restarts, "escalations": escalations,
+                "dead_letters": dead.total() })
+        );
+    } else {
+        println!("restarts {restarts}, escalations {escalations}, dead letters: {dead}");
     }
-    let actors: Vec<GpuActorRef> =
-        rt.find("demo/counters/*")?.into_iter().filter_map(|(_, child)| child.gpu()).collect();
-    let mut tree_events = rt.services().events().subscribe();
-    let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
-    let producers: Vec<_> = (0..32u32)
-        .map(|p| {
-            let (actors, stop, tally) = (actors.clone(), stop.clone(), tally.clone());
-            tokio::spawn(async move {
-                let mut i = p;
-                while !stop.load(Ordering::Relaxed) {
-                    i = i.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                    let actor = &actors[(i >> 8) as usize % actors.len()];
-                    tally.handed.fetch_add(1, Ordering::Relaxed);
-                    let counter = match actor.call(&1i64.to_le_bytes(), Duration::from_secs(5)).await {
-                        Ok(_) => &tally.answered,
-                        Err(SendError::Device(ringvisor::device::DeviceError::Undelivered { .. })) => {
-                            &tally.undelivered
-                        }
-                        Err(SendError::InboxFull) => &tally.refused,
-                        Err(_) => &tally.timed_out,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    let mut crashes = 0u64;
-    let mut seed = 0x9E37_79B9u32;
-    while started.elapsed() < args.duration {
-        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        rt.device().inject(actors[seed as usize % actors.len()].slot(), Fault::CrashNextMessage)?;
-        crashes += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    for p in producers {
-        p.await?;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut restarts = 0u64;
-    while let Ok(e) = tree_events.try_recv() {
-        restarts += u64::from(matches!(e, TreeEvent::Restarting { .. }));
-    }
-    let dl = rt.dead_letters().stats();
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let handed = load(&tally.handed);
-    let dead = dl.count(DeadLetterReason::LeftInInbox)
-        + dl.count(DeadLetterReason::Poison)
-        + dl.count(DeadLetterReason::InboxFull);
-    println!("ran {elapsed:.1} s");
-    println!("messages handed to handles {:>10}  ({:.0}/s)", handed, handed as f64 / elapsed);
-    println!("answered                   {:>10}", load(&tally.answered));
-    println!(
-        "dead letters               {:>10}  ({} poison, {} left in inbox at restart, {} inbox full)",
-        dead,
-        dl.count(DeadLetterReason::Poison),
-        dl.count(DeadLetterReason::LeftInInbox),
-        dl.count(DeadLetterReason::InboxFull)
-    );
-    println!("crashes injected           {:>10}", crashes);
-    println!("restarts by the supervisor {:>10}", restarts);
-    let unaccounted = handed as i64 - load(&tally.answered) as i64 - dead as i64;
-    println!("unaccounted                {:>10}", unaccounted);
-    let timed_out = load(&tally.timed_out);
+}
+
+async fn run(tree: PathBuf, duration: Option<Duration>, slots: u32, output: Output) -> Result<ExitCode, BoxError> {
+    let rt = start_tree(&tree, slots).await?;
+    let mut monitor = Monitor::new(&rt);
+    let title = format!("ringvisor run {}", tree.display());
+    watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
+    monitor.drain();
+    tree_summary(&monitor, &rt, output);
     rt.shutdown().await;
-    if unaccounted != 0 || timed_out != 0 || load(&tally.undelivered) + load(&tally.refused) != dead {
-        return Err(format!("{unaccounted} messages unaccounted for, {timed_out} calls timed out").into());
+    if output != Output::Json {
+        println!("stopped in order");
     }
-    println!("every message was answered or is a dead letter with its reason: nothing lost");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn chaos(
+    tree: PathBuf,
+    seed: u64,
+    rate: f64,
+    duration: Duration,
+    slots: u32,
+    output: Output,
+) -> Result<ExitCode, BoxError> {
+    let rt = start_tree(&tree, slots).await?;
+    let mut monitor = Monitor::new(&rt);
+    // Every fault kind but the loss of the device (each loss restarts the whole tree).
+    let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
+    let task = ChaosTask::spawn(rt.services().clone(), "**".into(), kinds, Duration::from_secs_f64(1.0 / rate), seed);
+    let title = format!("ringvisor chaos {} (seed {seed}, {rate}/s)", tree.display());
+    watch(&rt, &mut monitor, output, &title, Some(Instant::now() + duration)).await;
+    let faults = task.stop().await;
+    let summary = settle(&rt, &mut monitor, faults, Duration::from_secs(20)).await;
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({ "type": "summary", "faults": summary.faults, "restarts": summary.restarts,
+                "escalations": summary.escalations, "dead_letters": summary.dead_letters.total(),
+                "converged_s": summary.converged.map(|d| d.as_secs_f64()), "not_running": summary.not_running })
+        ),
+        _ => print!("chaos summary (seed {seed}):\n{}", summary.table()),
+    }
+    let converged = summary.converged.is_some();
+    rt.shutdown().await;
+    Ok(if converged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -154,8 +154,11 @@ impl Actor for SlotActor {
                 SlotState::Draining | SlotState::Initializing => {}
                 SlotState::Terminated | SlotState::Failed | SlotState::Dormant => return Ok(()),
             }
-            // Wake on the slot's next event (the drain finishing), or re-check after a while.
-            let _ = tokio::time::timeout(DRAIN_RECHECK, events.recv()).await;
+            // Wake on the slot's next event (the drain finishing), or re-check after a while. A closed stream
+            // is a device shut down or lost under the drain: nothing will finish it.
+            if let Ok(None) = tokio::time::timeout(DRAIN_RECHECK, events.recv()).await {
+                return Ok(());
+            }
         }
     }
 }

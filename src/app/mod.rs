@@ -1,0 +1,10 @@
+//! The building blocks of the `ringvisor` command (feature `cli`): the sensor-fleet demo, watching a
+//! running tree (snapshots, the live view, progress lines, JSON events), the Prometheus endpoint, and chaos
+//! runs of declared trees. Each is usable on its own, which is how the tests drive them.
+
+pub mod chaos;
+pub mod demo;
+pub mod live;
+pub mod monitor;
+pub mod prometheus;
+pub mod report;
