@@ -2,7 +2,7 @@
 //! the whole tree (each child's state, generation, restarts, messages per second, heartbeat age), which
 //! the live view draws and the progress lines summarise.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use ringvisor_device::{Device, DeviceHealth};
@@ -88,7 +88,10 @@ pub struct Monitor {
     dead: UnboundedReceiver<DeadLetter>,
     recent_events: VecDeque<String>,
     recent_dead: VecDeque<String>,
-    starts: HashMap<(String, String), u64>,
+    /// Children seen exiting and not started since, by (supervisor, child).
+    exited: HashSet<(String, String)>,
+    /// Restarts seen, by (supervisor, child).
+    restarts_of: HashMap<(String, String), u64>,
     restarts: u64,
     escalations: u64,
     slots: HashMap<u32, SlotSample>,
@@ -105,7 +108,8 @@ impl Monitor {
             dead: rt.dead_letters().subscribe(),
             recent_events: VecDeque::new(),
             recent_dead: VecDeque::new(),
-            starts: HashMap::new(),
+            exited: HashSet::new(),
+            restarts_of: HashMap::new(),
             restarts: 0,
             escalations: 0,
             slots: HashMap::new(),
@@ -119,9 +123,15 @@ impl Monitor {
         let mut out = Vec::new();
         while let Ok(e) = self.events.try_recv() {
             match &e {
+                // A start after an exit of the same child is a restart.
+                TreeEvent::ChildExited { supervisor, child, .. } => {
+                    self.exited.insert((supervisor.clone(), child.clone()));
+                }
                 TreeEvent::ChildStarted { supervisor, child, .. } => {
-                    let n = self.starts.entry((supervisor.clone(), child.clone())).or_default();
-                    *n += 1;
+                    let key = (supervisor.clone(), child.clone());
+                    if self.exited.remove(&key) {
+                        *self.restarts_of.entry(key).or_default() += 1;
+                    }
                 }
                 TreeEvent::Restarting { .. } => self.restarts += 1,
                 TreeEvent::IntensityReached { .. } => self.escalations += 1,
@@ -167,7 +177,7 @@ impl Monitor {
             let Ok(children) = sup.which_children().await else { continue };
             let mut level = Vec::new();
             for c in children {
-                let starts = self.starts.get(&(sup_id.clone(), c.id.clone())).copied().unwrap_or(0);
+                let restarts = self.restarts_of.get(&(sup_id.clone(), c.id.clone())).copied().unwrap_or(0);
                 let mut row = ChildRow {
                     depth,
                     id: c.id.clone(),
@@ -175,7 +185,7 @@ impl Monitor {
                     state: c.state,
                     slot: None,
                     generation: None,
-                    restarts: starts.saturating_sub(1),
+                    restarts,
                     msgs_per_sec: 0.0,
                     heartbeat_age: None,
                 };
