@@ -164,6 +164,16 @@ enum Stopped {
     TreeEnded,
 }
 
+/// With `--json`, the tree events seen since the last call, one per line.
+fn print_events(monitor: &mut Monitor, output: Output) {
+    let events = monitor.take_events();
+    if output == Output::Json {
+        for e in &events {
+            println!("{}", report::event_json(e));
+        }
+    }
+}
+
 /// Watches `rt` until `until`, Ctrl-C (or `q` in the live view), or the end of the tree, reporting as
 /// `output` says.
 async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str, until: Option<Instant>) -> Stopped {
@@ -178,13 +188,8 @@ async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str,
         if !rt.top().is_alive() {
             break Stopped::TreeEnded;
         }
-        let events = monitor.drain();
-        if output == Output::Json {
-            for e in &events {
-                println!("{}", report::event_json(e));
-            }
-        }
         let snap = monitor.sample(rt).await;
+        print_events(monitor, output);
         match (&mut live, output) {
             (Some(view), _) => {
                 let _ = view.draw(&snap, title);
@@ -219,7 +224,7 @@ async fn demo(config: DemoConfig, duration: Duration, output: Output) -> Result<
     }
     let mut monitor = Monitor::new(demo.runtime());
     watch(demo.runtime(), &mut monitor, output, "ringvisor demo", Some(Instant::now() + duration)).await;
-    monitor.drain();
+    print_events(&mut monitor, output);
     let (restarts, escalations) = monitor.counts();
     let summary = demo.finish(restarts, escalations).await?;
     match output {
@@ -252,7 +257,7 @@ async fn start_tree(tree: &PathBuf, slots: u32) -> Result<Runtime, BoxError> {
 }
 
 /// Prints the end-of-run summary of a declared tree.
-fn tree_summary(monitor: &Monitor, rt: &Runtime, output: Output) {
+fn tree_summary(monitor: &mut Monitor, rt: &Runtime, output: Output) {
     let (restarts, escalations) = monitor.counts();
     let dead = rt.dead_letters().stats();
     if output == Output::Json {
@@ -271,8 +276,8 @@ async fn run(tree: PathBuf, duration: Option<Duration>, slots: u32, output: Outp
     let mut monitor = Monitor::new(&rt);
     let title = format!("ringvisor run {}", tree.display());
     watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
-    monitor.drain();
-    tree_summary(&monitor, &rt, output);
+    print_events(&mut monitor, output);
+    tree_summary(&mut monitor, &rt, output);
     rt.shutdown().await;
     if output != Output::Json {
         println!("stopped in order");

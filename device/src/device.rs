@@ -1037,8 +1037,9 @@ impl Device {
         }
     }
 
-    /// Stops the executor and the poller. Pending commands and calls resolve with [`DeviceError::Closed`];
-    /// streams close. Idempotent.
+    /// Stops the executor and the poller. Messages the device had not consumed are handed back (an
+    /// [`EventKind::DeviceStopped`] event per slot, reason [`UndeliveredReason::LeftInInbox`]); commands and
+    /// calls still waiting then resolve with [`DeviceError::Closed`]; streams close. Idempotent.
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
@@ -1120,16 +1121,22 @@ impl DeviceInner {
         self.grid.request_terminate();
         self.executor.shutdown();
         self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        self.hand_back_all(EventKind::DeviceLost, UndeliveredReason::DeviceLost);
+        self.close_waiters(DeviceError::DeviceLost);
+    }
+
+    /// After the executor stopped: every slot's unconsumed messages are handed back, one host-made event of
+    /// `kind` per slot that was ever used.
+    fn hand_back_all(&self, kind: EventKind, reason: UndeliveredReason) {
         for slot in 0..self.grid.slot_count() {
             let mut host = lock(&self.slots[slot as usize]);
             let live = !matches!(host.state, SlotState::Dormant) || host.tail != host.reported_until;
-            let event = self.hand_back_queued(&mut host, slot, EventKind::DeviceLost, UndeliveredReason::DeviceLost);
+            let event = self.hand_back_queued(&mut host, slot, kind, reason);
             drop(host);
             if live {
                 self.dispatch(event);
             }
         }
-        self.close_waiters(DeviceError::DeviceLost);
     }
 
     /// Host-side quarantine of a slot (see [`Device::quarantine`]).
@@ -1203,6 +1210,13 @@ impl DeviceInner {
         }
         self.grid.request_terminate();
         self.executor.shutdown();
+        // What the device published before it stopped is read; what it had not consumed is handed back.
+        {
+            let mut st = lock(&self.poll);
+            let st = &mut *st;
+            self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        }
+        self.hand_back_all(EventKind::DeviceStopped, UndeliveredReason::LeftInInbox);
         self.close_waiters(DeviceError::Closed);
         tracing::info!("device shut down");
     }
@@ -1365,7 +1379,7 @@ impl DeviceInner {
                     }
                 }
                 // Host-made kinds never come from the device's ring.
-                EventKind::Unknown(_) | EventKind::DeviceLost | EventKind::Quarantined => {}
+                EventKind::Unknown(_) | EventKind::DeviceLost | EventKind::DeviceStopped | EventKind::Quarantined => {}
             }
             if event.kind != EventKind::Rejected {
                 host.state = event.state;

@@ -59,6 +59,8 @@ pub enum EventKind {
     /// Host-made: the device was lost; the slot's queued messages are handed back (see
     /// [`crate::Device::health`]).
     DeviceLost,
+    /// Host-made: the device was shut down; the slot's queued messages are handed back.
+    DeviceStopped,
     /// Host-made: the slot was quarantined (see [`crate::Device::quarantine`]); its queued messages are
     /// handed back.
     Quarantined,

@@ -93,6 +93,7 @@ impl Processed {
             | EventKind::Killed
             | EventKind::Drained
             | EventKind::DeviceLost
+            | EventKind::DeviceStopped
             | EventKind::Quarantined => ev.generation,
             EventKind::Created | EventKind::Restarted | EventKind::CreateFailed => ev.generation.saturating_sub(1),
             _ => return,

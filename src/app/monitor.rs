@@ -96,6 +96,8 @@ pub struct Monitor {
     escalations: u64,
     slots: HashMap<u32, SlotSample>,
     sampled_at: Instant,
+    /// Events taken into account but not yet handed out by `take_events`.
+    pending: Vec<TreeEvent>,
 }
 
 impl Monitor {
@@ -114,13 +116,20 @@ impl Monitor {
             escalations: 0,
             slots: HashMap::new(),
             sampled_at: now,
+            pending: Vec::new(),
         }
     }
 
-    /// Takes the tree events and dead letters that arrived since the last call into account, and returns
-    /// the events (for callers that print them).
-    pub fn drain(&mut self) -> Vec<TreeEvent> {
-        let mut out = Vec::new();
+    /// The tree events seen since the last call (for callers that print them), after taking every event
+    /// and dead letter that arrived into account.
+    pub fn take_events(&mut self) -> Vec<TreeEvent> {
+        self.absorb();
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Takes the tree events and dead letters that arrived into account (the events are kept for
+    /// [`Monitor::take_events`]).
+    fn absorb(&mut self) {
         while let Ok(e) = self.events.try_recv() {
             match &e {
                 // A start after an exit of the same child is a restart.
@@ -138,7 +147,7 @@ impl Monitor {
                 _ => {}
             }
             push_recent(&mut self.recent_events, describe_event(&e));
-            out.push(e);
+            self.pending.push(e);
         }
         while let Ok(letter) = self.dead.try_recv() {
             let target = letter.target.as_deref().unwrap_or("?");
@@ -147,17 +156,17 @@ impl Monitor {
                 format!("{} -> {target} ({} bytes)", letter.reason.label(), letter.payload.len()),
             );
         }
-        out
     }
 
-    /// Restarts seen so far, and escalations.
-    pub fn counts(&self) -> (u64, u64) {
+    /// Restarts seen so far, and escalations (after taking the events that arrived into account).
+    pub fn counts(&mut self) -> (u64, u64) {
+        self.absorb();
         (self.restarts, self.escalations)
     }
 
     /// Walks the tree from the top supervisor and samples every child.
     pub async fn sample(&mut self, rt: &Runtime) -> Snapshot {
-        self.drain();
+        self.absorb();
         let now = Instant::now();
         let dt = now.duration_since(self.sampled_at).as_secs_f64().max(1e-3);
         self.sampled_at = now;

@@ -359,11 +359,14 @@ impl GpuActorRef {
         }
     }
 
-    /// A device error that ends a send or call: a message the device lost (a call unanswered when it was
-    /// declared lost, or sent to a lost device) is a dead letter; other errors carry their own accounting.
+    /// A device error that ends a send or call: a message the device lost or never took (a call unanswered
+    /// when it was declared lost or shut down, or sent to such a device) is a dead letter; other errors carry
+    /// their own accounting (an undelivered message is in the queue already).
     fn device_error(&self, e: DeviceError, payload: &[u8]) -> SendError {
-        if e == DeviceError::DeviceLost {
-            self.dead_letter(DeadLetterReason::DeviceLost, payload);
+        match e {
+            DeviceError::DeviceLost => self.dead_letter(DeadLetterReason::DeviceLost, payload),
+            DeviceError::Closed => self.dead_letter(DeadLetterReason::DeadTarget, payload),
+            _ => {}
         }
         SendError::Device(e)
     }

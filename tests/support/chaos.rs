@@ -229,7 +229,8 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                         // An error answer (a corrupt envelope) is an answer.
                         Ok(_) | Err(SendError::Device(DeviceError::ErrorReply { .. })) => &tally.answered,
                         Err(SendError::Device(DeviceError::Undelivered { .. })) => &tally.undelivered,
-                        Err(SendError::Gone { .. }) => &tally.gone,
+                        // Gone, or its device shut down by a device restart: a dead letter either way.
+                        Err(SendError::Gone { .. } | SendError::Device(DeviceError::Closed)) => &tally.gone,
                         Err(SendError::InboxFull) => &tally.inbox_full,
                         Err(SendError::Timeout) => &tally.timeouts,
                         Err(SendError::Device(DeviceError::DeviceLost)) => &tally.device_lost,
