@@ -231,6 +231,8 @@ pub enum DeviceHealth {
 pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(3);
 /// Block 0's heartbeat stale this long: the device is reported [`DeviceHealth::Unresponsive`].
 const UNRESPONSIVE_AFTER: Duration = Duration::from_millis(250);
+/// How often the poller looks at block 0's heartbeat.
+const HEARTBEAT_CHECK_EVERY: Duration = Duration::from_millis(5);
 
 /// A command submitted to block 0; resolves when the device reports its outcome.
 pub struct PendingCommand {
@@ -477,6 +479,7 @@ impl Device {
                 outbox_heads: vec![0; config.slots as usize],
                 event_head: 0,
                 heartbeat: 0,
+                next_beat_check: Duration::ZERO,
             }),
             closed: AtomicBool::new(false),
             lost: AtomicBool::new(false),
@@ -1087,8 +1090,14 @@ impl DeviceInner {
     /// Called by the poller after each poll: follows block 0's heartbeat and declares the device lost when
     /// it has been stale for `lost_after`. Returns true if it did.
     fn watch_heartbeat(&self, st: &mut PollState) -> bool {
-        let (beat, _, _) = self.grid.supervisor_counters();
+        // Block 0 writes its heartbeat line all the time: reading it on every poll would bounce that line
+        // between the poller's core and block 0's. Every few milliseconds is plenty for a bound in seconds.
         let now = self.opened.elapsed();
+        if now < st.next_beat_check {
+            return false;
+        }
+        st.next_beat_check = now + HEARTBEAT_CHECK_EVERY;
+        let (beat, _, _) = self.grid.supervisor_counters();
         if beat != st.heartbeat {
             st.heartbeat = beat;
             self.last_beat_ns.store(now.as_nanos() as u64, Ordering::Release);
@@ -1496,6 +1505,8 @@ struct PollState {
     event_head: u32,
     /// Block 0's heartbeat as last seen.
     heartbeat: u64,
+    /// When to look at block 0's heartbeat next (time since the device opened).
+    next_beat_check: Duration,
 }
 
 /// How long a thread waiting for a reply polls the device itself before it sleeps.
