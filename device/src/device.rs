@@ -1007,6 +1007,12 @@ impl Device {
         self.inner.health()
     }
 
+    /// How long since block 0's heartbeat was last seen moving (the poller looks every few milliseconds; an
+    /// idle CPU backend beats at least every `park_max`). Long for every slot at once = the executor stalls.
+    pub fn heartbeat_age(&self) -> Duration {
+        self.inner.heartbeat_age()
+    }
+
     /// Gives up on `slot`, whose actor does not acknowledge commands (stuck inside its behaviour; a GPU block
     /// cannot be preempted): the slot refuses commands and messages with [`DeviceError::Quarantined`] until
     /// the device restarts, its queued messages are handed back (an [`EventKind::Quarantined`] event, reason
@@ -1074,12 +1080,16 @@ impl DeviceInner {
         }
     }
 
+    fn heartbeat_age(&self) -> Duration {
+        let seen = Duration::from_nanos(self.last_beat_ns.load(Ordering::Acquire));
+        self.opened.elapsed().saturating_sub(seen)
+    }
+
     fn health(&self) -> DeviceHealth {
         if self.lost.load(Ordering::Acquire) {
             return DeviceHealth::Lost;
         }
-        let seen = Duration::from_nanos(self.last_beat_ns.load(Ordering::Acquire));
-        let stale = self.opened.elapsed().saturating_sub(seen);
+        let stale = self.heartbeat_age();
         if stale >= UNRESPONSIVE_AFTER {
             DeviceHealth::Unresponsive(stale)
         } else {

@@ -52,6 +52,9 @@ struct Watchdog {
 
 /// Wait between attempts to submit a command while another is in flight on the slot.
 const POLL: Duration = Duration::from_millis(1);
+/// Block 0's heartbeat stale this long (or half a child's heartbeat timeout, if shorter): the executor as a
+/// whole is stalled, and the watchdog blames no slot.
+const DEVICE_STALLED: Duration = Duration::from_millis(50);
 /// Longest wait for a slot event before a stopping slot actor re-reads the slot's state.
 const DRAIN_RECHECK: Duration = Duration::from_millis(20);
 
@@ -227,7 +230,9 @@ impl SlotActorState {
         let Some(gpu) = self.shared.gpu.as_ref() else { return Ok(()) };
         let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
         let device = gpu.device();
-        if device.health() != DeviceHealth::Running {
+        // Block 0 stalled too: the whole executor is (an injected stall, a device being lost), not this slot.
+        let device_stalled = device.heartbeat_age() >= DEVICE_STALLED.min(w.timeout / 2);
+        if device_stalled || device.health() != DeviceHealth::Running {
             w.since = Instant::now();
             w.ended_since = None;
             return Ok(());
