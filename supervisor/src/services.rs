@@ -255,6 +255,7 @@ impl Services {
         let Some(gpu) = &self.inner.gpu else { return false };
         let slots = DeviceSlots::attach_device(device, self.inner.dead_letters.clone());
         *gpu.write().unwrap_or_else(|p| p.into_inner()) = slots;
+        metrics::gauge!("ringvisor_quarantined_slots").set(0.0);
         true
     }
 
