@@ -13,6 +13,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,7 @@ use ringvisor::device::{BehaviourSet, DeviceConfig};
 use ringvisor::faults::InjectedFault;
 use ringvisor::supervisor::SpecLoader;
 use ringvisor::Runtime;
+use tokio::sync::Notify;
 
 #[derive(Parser)]
 #[command(name = "ringvisor", version, about = "Erlang/OTP-style supervision for persistent GPU actors")]
@@ -126,6 +128,10 @@ async fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .init();
     }
+    if let Err(e) = install_interrupt() {
+        eprintln!("error: cannot handle Ctrl-C: {e}");
+        return ExitCode::from(2);
+    }
     if let Some(addr) = cli.metrics_addr {
         if let Err(e) = ringvisor::app::prometheus::serve(addr) {
             eprintln!("error: {e}");
@@ -156,6 +162,35 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Set by the first Ctrl-C (SIGINT); `INTERRUPT` wakes the watcher.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static INTERRUPT: Notify = Notify::const_new();
+
+/// Takes over Ctrl-C from the start (the handler is registered before this returns, so a Ctrl-C that comes
+/// early is not lost): the first one stops the tree in order; a second one exits at once (status 130).
+fn install_interrupt() -> std::io::Result<()> {
+    #[cfg(unix)]
+    let mut signals = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        for n in 0.. {
+            #[cfg(unix)]
+            let received = signals.recv().await.is_some();
+            #[cfg(not(unix))]
+            let received = tokio::signal::ctrl_c().await.is_ok();
+            if !received {
+                return;
+            }
+            if n > 0 {
+                eprintln!("second Ctrl-C: exiting without an orderly stop");
+                std::process::exit(130);
+            }
+            INTERRUPTED.store(true, Ordering::Release);
+            INTERRUPT.notify_waiters();
+        }
+    });
+    Ok(())
+}
+
 /// Why watching stopped.
 #[derive(PartialEq, Eq)]
 enum Stopped {
@@ -178,10 +213,11 @@ fn print_events(monitor: &mut Monitor, output: Output) {
 /// `output` says.
 async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str, until: Option<Instant>) -> Stopped {
     let mut live = (output == Output::Live).then(LiveView::enter);
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let tick = if live.is_some() { Duration::from_millis(250) } else { Duration::from_secs(1) };
     let stopped = loop {
+        if INTERRUPTED.load(Ordering::Acquire) {
+            break Stopped::Interrupted;
+        }
         if until.is_some_and(|u| Instant::now() >= u) {
             break Stopped::Duration;
         }
@@ -202,7 +238,7 @@ async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str,
         }
         let wait = until.map_or(tick, |u| tick.min(u.saturating_duration_since(Instant::now())));
         tokio::select! {
-            _ = &mut ctrl_c => break Stopped::Interrupted,
+            _ = INTERRUPT.notified() => break Stopped::Interrupted,
             _ = tokio::time::sleep(wait) => {}
         }
     };

@@ -2,7 +2,7 @@
 //! non-zero; `demo` accounts for every reading; `run` and `chaos` start a declared tree; Ctrl-C stops a tree
 //! in order.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -118,7 +118,17 @@ fn ctrl_c_stops_the_tree_in_order_and_prints_the_summary() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Wait for the tree to be up (its first progress line), then Ctrl-C.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdout = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        stdout += &line;
+        stdout.push('\n');
+        if line.contains("children running") {
+            break;
+        }
+    }
     let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -126,9 +136,12 @@ fn ctrl_c_stops_the_tree_in_order_and_prints_the_summary() {
         assert!(Instant::now() < deadline, "did not stop after Ctrl-C");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    for line in lines {
+        stdout += &line.unwrap();
+        stdout.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{stdout}");
     assert!(stdout.contains("interrupted: stopping the tree in order"), "{stdout}");
     assert!(stdout.contains("restarts 0") && stdout.contains("stopped in order"), "{stdout}");
 }
