@@ -1137,11 +1137,17 @@ impl DeviceInner {
         self.lost.store(true, Ordering::Release);
         tracing::error!(?stale, "device lost: block 0's heartbeat stopped");
         self.grid.write_device_faults(RV_DEVICE_HALT);
+        self.stop_executor(st, EventKind::DeviceLost, UndeliveredReason::DeviceLost, DeviceError::DeviceLost);
+    }
+
+    /// Stops the executor, reads what it published before it stopped, hands back what it had not consumed
+    /// (as host-made `kind` events, with `reason`), then fails everything still waiting with `error`.
+    fn stop_executor(&self, st: &mut PollState, kind: EventKind, reason: UndeliveredReason, error: DeviceError) {
         self.grid.request_terminate();
         self.executor.shutdown();
         self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
-        self.hand_back_all(EventKind::DeviceLost, UndeliveredReason::DeviceLost);
-        self.close_waiters(DeviceError::DeviceLost);
+        self.hand_back_all(kind, reason);
+        self.close_waiters(error);
     }
 
     /// After the executor stopped: every slot's unconsumed messages are handed back, one host-made event of
@@ -1190,22 +1196,8 @@ impl DeviceInner {
     ) -> SlotEvent {
         host.accepting = false;
         let head = self.grid.inbox_head(slot);
-        let mut start = head;
-        if at_or_after(host.reported_until, start) {
-            start = host.reported_until;
-        }
         let mut undelivered = Vec::new();
-        if at_or_after(host.tail, start) && host.tail.wrapping_sub(start) <= self.grid.config().inbox_capacity {
-            let mut i = start;
-            while i != host.tail {
-                if host.poison_reported != Some(i) {
-                    let envelope = Envelope::from_raw(&self.grid.read_inbox(slot, i));
-                    undelivered.push(Undelivered { slot, envelope, reason });
-                }
-                i = i.wrapping_add(1);
-            }
-        }
-        host.reported_until = host.tail;
+        self.read_back(host, slot, head, host.tail, reason, &mut undelivered);
         let event = DeviceEvent {
             kind,
             slot,
@@ -1227,16 +1219,8 @@ impl DeviceInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.grid.request_terminate();
-        self.executor.shutdown();
-        // What the device published before it stopped is read; what it had not consumed is handed back.
-        {
-            let mut st = lock(&self.poll);
-            let st = &mut *st;
-            self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
-        }
-        self.hand_back_all(EventKind::DeviceStopped, UndeliveredReason::LeftInInbox);
-        self.close_waiters(DeviceError::Closed);
+        let mut st = lock(&self.poll);
+        self.stop_executor(&mut st, EventKind::DeviceStopped, UndeliveredReason::LeftInInbox, DeviceError::Closed);
         tracing::info!("device shut down");
     }
 
@@ -1473,7 +1457,6 @@ impl DeviceInner {
     /// incarnation never consumed, and marks them accounted for.
     fn collect_leftovers(&self, host: &mut SlotHost, event: &DeviceEvent, cutoff: u32, out: &mut Vec<Undelivered>) {
         let slot = event.slot;
-        let capacity = self.grid.config().inbox_capacity;
         if event.failed_index != RV_NO_INDEX
             && host.poison_reported.is_none()
             && !at_or_after(event.failed_index, cutoff)
@@ -1482,21 +1465,38 @@ impl DeviceInner {
             out.push(Undelivered { slot, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
             host.poison_reported = Some(event.failed_index);
         }
-        let mut start = event.inbox_head;
-        if at_or_after(host.reported_until, start) {
-            start = host.reported_until;
-        }
-        if event.inbox_head == RV_NO_INDEX || !at_or_after(cutoff, start) || cutoff.wrapping_sub(start) > capacity {
+        if event.inbox_head == RV_NO_INDEX {
             host.reported_until = cutoff;
             return;
         }
-        let mut i = start;
-        while i != cutoff {
-            if host.poison_reported != Some(i) {
-                let env = Envelope::from_raw(&self.grid.read_inbox(slot, i));
-                out.push(Undelivered { slot, envelope: env, reason: UndeliveredReason::LeftInInbox });
+        self.read_back(host, slot, event.inbox_head, cutoff, UndeliveredReason::LeftInInbox, out);
+    }
+
+    /// Reads back the messages in `[max(head, reported_until), cutoff)` (all but a poison message already
+    /// reported) as undelivered with `reason`, and marks everything below `cutoff` accounted for. A range
+    /// wider than the inbox is not a real window: it is only marked.
+    fn read_back(
+        &self,
+        host: &mut SlotHost,
+        slot: u32,
+        head: u32,
+        cutoff: u32,
+        reason: UndeliveredReason,
+        out: &mut Vec<Undelivered>,
+    ) {
+        let mut start = head;
+        if at_or_after(host.reported_until, start) {
+            start = host.reported_until;
+        }
+        if at_or_after(cutoff, start) && cutoff.wrapping_sub(start) <= self.grid.config().inbox_capacity {
+            let mut i = start;
+            while i != cutoff {
+                if host.poison_reported != Some(i) {
+                    let envelope = Envelope::from_raw(&self.grid.read_inbox(slot, i));
+                    out.push(Undelivered { slot, envelope, reason });
+                }
+                i = i.wrapping_add(1);
             }
-            i = i.wrapping_add(1);
         }
         host.reported_until = cutoff;
     }

@@ -68,7 +68,7 @@ pub const ALERTS: &str = "demo/alerts";
 /// The registry pattern of the sensors.
 pub const SENSORS: &str = "demo/sensors/*";
 
-/// What the load generator and the chaos loop counted.
+/// What the load generator counted.
 #[derive(Default)]
 struct Counters {
     accepted: AtomicU64,

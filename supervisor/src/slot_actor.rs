@@ -231,8 +231,9 @@ impl SlotActorState {
         let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
         let device = gpu.device();
         // Block 0 stalled too: the whole executor is (an injected stall, a device being lost), not this slot.
+        // (An unresponsive device has a stale heartbeat by definition; a lost one is named.)
         let device_stalled = device.heartbeat_age() >= DEVICE_STALLED.min(w.timeout / 2);
-        if device_stalled || device.health() != DeviceHealth::Running {
+        if device_stalled || device.health() == DeviceHealth::Lost {
             w.since = Instant::now();
             w.ended_since = None;
             return Ok(());
