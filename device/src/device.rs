@@ -424,6 +424,8 @@ fn at_or_after(a: u32, b: u32) -> bool {
 impl Device {
     /// Opens a device: lays out the regions, starts the executor and the poller.
     pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+        // A misspelt RINGVISOR_BACKEND must not pass unnoticed (the default fell back to the CPU backend).
+        Backend::from_env()?;
         let header = backend::compute_layout(&config.params())?;
         let poller_parker = Arc::new(backend::cpu::Parker::new());
         let wake_poller = {

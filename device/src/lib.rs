@@ -29,7 +29,7 @@ pub use backend::cpu::CpuConfig;
 pub use backend::cuda::{
     driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaMode,
 };
-pub use backend::Backend;
+pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use device::{
     CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, Fault, PendingCommand,

@@ -16,9 +16,41 @@ pub enum Backend {
     Cuda(cuda::CudaConfig),
 }
 
+/// The environment variable that picks the default backend: `cpu`, `cuda` (persistent kernel) or
+/// `cuda-event` (event-driven kernel). Unset: `cpu`.
+pub const BACKEND_ENV: &str = "RINGVISOR_BACKEND";
+
+impl Backend {
+    /// The backend named by `name` (`cpu`, `cuda`, `cuda-event`), with default settings.
+    pub fn parse(name: &str) -> Result<Backend, DeviceError> {
+        match name.trim() {
+            "cpu" => Ok(Backend::Cpu(cpu::CpuConfig::default())),
+            "cuda" => Ok(Backend::Cuda(cuda::CudaConfig::default())),
+            "cuda-event" => Ok(Backend::Cuda(cuda::CudaConfig {
+                mode: cuda::CudaMode::EventDriven { iterations: cuda::EVENT_DRIVEN_ITERATIONS },
+                ..cuda::CudaConfig::default()
+            })),
+            other => Err(DeviceError::InvalidConfig(format!(
+                "unknown backend `{other}`: expected `cpu`, `cuda` or `cuda-event`"
+            ))),
+        }
+    }
+
+    /// The backend named by [`BACKEND_ENV`], or the CPU backend when it is unset. A value that names no backend
+    /// is an error.
+    pub fn from_env() -> Result<Backend, DeviceError> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(name) => Backend::parse(&name).map_err(|e| DeviceError::InvalidConfig(format!("{BACKEND_ENV}: {e}"))),
+            Err(_) => Ok(Backend::Cpu(cpu::CpuConfig::default())),
+        }
+    }
+}
+
 impl Default for Backend {
+    /// The backend named by [`BACKEND_ENV`] (the CPU backend when unset). A misspelt value falls back to the CPU
+    /// backend here and is reported as an error by `Device::open`.
     fn default() -> Self {
-        Backend::Cpu(cpu::CpuConfig::default())
+        Backend::from_env().unwrap_or_else(|_| Backend::Cpu(cpu::CpuConfig::default()))
     }
 }
 

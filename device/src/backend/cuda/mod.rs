@@ -28,6 +28,9 @@ use std::thread::JoinHandle;
 /// How long shutdown waits for the persistent kernel to leave before abandoning it.
 const KERNEL_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Loop iterations per launch of the event-driven kernel chosen by `RINGVISOR_BACKEND=cuda-event`.
+pub const EVENT_DRIVEN_ITERATIONS: u64 = 4096;
+
 /// How the kernel is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CudaMode {

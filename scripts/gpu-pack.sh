@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu-suite.sh runs on a GPU machine (which has no Rust toolchain): every test binary of
+# the workspace, the `ringvisor` command and `ringvisor-bench`, in the release profile, stripped, packed into
+# .gpu/gpu-pack.tar.xz (git ignores .gpu/).
+#
+#   scripts/gpu-pack.sh [TEST-NAME-FILTER...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=.gpu
+rm -rf "$dest/bin" && mkdir -p "$dest/bin"
+cargo build --release -p ringvisor -p ringvisor-bench --bins
+cp target/release/ringvisor target/release/ringvisor-bench "$dest/bin/"
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kind = m["target"]["kind"][0]
+        print(m["executable"], m["target"]["name"] + ("" if kind == "test" else "-" + kind))
+' | while read -r exe name; do
+  keep=1
+  if [ $# -gt 0 ]; then keep=0; for f in "$@"; do [[ $name == *$f* ]] && keep=1; done; fi
+  [ $keep = 1 ] && cp "$exe" "$dest/bin/test-$name"
+done
+strip "$dest"/bin/*
+tar -cJf "$dest/gpu-pack.tar.xz" -C "$dest" bin
+ls -la "$dest/bin" "$dest/gpu-pack.tar.xz"
