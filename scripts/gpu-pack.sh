@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 dest=.gpu
 rm -rf "$dest/bin" && mkdir -p "$dest/bin"
 cargo build --release -p ringvisor -p ringvisor-bench --bins
-cp target/release/ringvisor target/release/ringvisor-bench "$dest/bin/"
+cp "${CARGO_TARGET_DIR:-target}/release/ringvisor" "${CARGO_TARGET_DIR:-target}/release/ringvisor-bench" "$dest/bin/"
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys
