@@ -377,6 +377,36 @@ RV_FN int rv_envelope_valid(const rv_envelope *e, uint32_t slot) {
     return e->kind == RV_KIND_USER && e->payload_len <= RV_PAYLOAD_BYTES && e->destination == slot;
 }
 
+/* The next message of a step: its context, and the actor's clock merged with the message's. */
+RV_FN void rv_ctx_next(rv_actor_ctx *ctx, const rv_envelope *msg, uint64_t now) {
+    ctx->msg = msg;
+    ctx->hlc = rv_hlc_next(ctx->hlc, msg->hlc, now);
+}
+
+/* Runs the current message through the behaviour, or fails it with `injected` (when not RV_OK). On RV_OK the
+ * message is counted as processed, then what the behaviour staged is published: a reply the host has read
+ * implies the count moved (the count is ordered before the outbox tail's release). Otherwise what it staged is
+ * voided. Returns the behaviour's result. */
+RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx *ctx, int injected, uint32_t *out) {
+    int rc = injected != RV_OK ? injected : rv_dispatch(g, cb->behaviour, ctx, ctx->msg);
+    if (rc == RV_OK) {
+        rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
+        *out |= rv_finish_message(ctx, 1);
+    } else {
+        rv_finish_message(ctx, 0);
+    }
+    return rc;
+}
+
+/* The behaviour asked to stall (rv_stall_for): the step ends at once. */
+RV_FN int rv_stall_requested(const rv_control_block *cb) { return rv_load_relaxed_u64(&cb->stall_until_ns) != 0; }
+
+/* Gives a consumed kernel-to-kernel cell back to its producers. */
+RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell *cell, uint32_t khead) {
+    rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+    meta->head = khead + 1;
+}
+
 RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
     if (slot >= g->slot_count) return 0;
     if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
@@ -391,6 +421,9 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     }
     uint32_t state = rv_load_acquire_u32(&cb->state);
     if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) return out;
+    /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
+     * a message seen here is seen with every fault injected before it was sent. */
+    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
     uint32_t faults = rv_load_acquire_u32(&cb->fault_flags);
     if (faults & RV_FAULT_STALL) return out;
     uint64_t stall_until = rv_load_relaxed_u64(&cb->stall_until_ns);
@@ -404,7 +437,6 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
 
     uint32_t done = 0;
     uint32_t head = cb->inbox_head;
-    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
     uint32_t limit = tail;
     if (state == RV_STATE_DRAINING) limit = rv_load_relaxed_u32(&cb->drain_until);
     if ((uint32_t)(tail - head) > g->inbox_capacity || (uint32_t)(limit - head) > g->inbox_capacity) {
@@ -421,45 +453,37 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     while (!stalled) {
         uint32_t khead = meta->head;
         rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
-        uint32_t cseq = rv_load_acquire_u32(&cell->seq);
-        if (cseq != khead + 1) break;
+        if (rv_load_acquire_u32(&cell->seq) != khead + 1) break;
         if (done >= budget || !rv_outbox_has_room(g, cb)) {
             k2k_pending = 1;
             break;
         }
         if (cell->env.kind == RV_KIND_K2K) {
-            ctx.msg = &cell->env;
-            ctx.hlc = rv_hlc_next(ctx.hlc, cell->env.hlc, now);
-            int rc = rv_dispatch(g, cb->behaviour, &ctx, &cell->env);
+            rv_ctx_next(&ctx, &cell->env, now);
+            int rc = rv_actor_run(g, cb, &ctx, RV_OK, &out);
             if (rc == RV_STALL) {
-                rv_finish_message(&ctx, 0);
                 stalled = 1;
                 break;
             }
             if (rc != RV_OK) {
                 /* The message is consumed: answered with the failure code if someone waits for an answer
                  * (room was checked above), counted as dropped otherwise. */
-                rv_finish_message(&ctx, 0);
                 if (cell->env.flags & RV_FLAG_NO_REPLY) {
                     cb->k2k_dropped += 1;
                 } else {
                     rv_reply_error(&ctx, rc, slot);
                     out |= rv_finish_message(&ctx, 1);
                 }
-                rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
-                meta->head = khead + 1;
+                rv_k2k_release(g, meta, cell, khead);
                 cb->hlc = ctx.hlc;
                 rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
                 return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
             }
-            out |= rv_finish_message(&ctx, 1);
             cb->k2k_received += 1;
-            rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
         }
-        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
-        meta->head = khead + 1;
+        rv_k2k_release(g, meta, cell, khead);
         done += 1;
-        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
+        if (rv_stall_requested(cb)) {
             stalled = 1;
             break;
         }
@@ -469,9 +493,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     while (!stalled && done < budget && head != limit) {
         if (!rv_outbox_has_room(g, cb)) break;
         const rv_envelope *msg = rv_inbox_cell(g, slot, head);
-        ctx.msg = msg;
-        ctx.hlc = rv_hlc_next(ctx.hlc, msg->hlc, now);
-        int rc;
+        rv_ctx_next(&ctx, msg, now);
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
          * corrupt (the inbox cell is the host's and is not written). */
         uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
@@ -486,30 +508,26 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             done += 1;
             continue;
         }
+        int injected = RV_OK;
         if ((faults & RV_FAULT_CRASH_NEXT) && fault_seq != cb->fault_ack) {
             cb->fault_ack = fault_seq;
-            rc = RV_ERR_INJECTED;
-        } else {
-            rc = rv_dispatch(g, cb->behaviour, &ctx, msg);
+            injected = RV_ERR_INJECTED;
         }
+        int rc = rv_actor_run(g, cb, &ctx, injected, &out);
         if (rc == RV_STALL) {
-            rv_finish_message(&ctx, 0);
             stalled = 1;
             break;
         }
         if (rc != RV_OK) {
-            rv_finish_message(&ctx, 0);
             cb->hlc = ctx.hlc;
             rv_actor_fail(g, slot, cb, rc, head);
             return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
         }
-        out |= rv_finish_message(&ctx, 1);
         head += 1;
         rv_store_release_u32(&cb->inbox_head, head);
-        rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
         done += 1;
         /* A stall requested by this message takes effect at once. */
-        if (rv_load_relaxed_u64(&cb->stall_until_ns) != 0) {
+        if (rv_stall_requested(cb)) {
             stalled = 1;
             break;
         }
@@ -805,8 +823,10 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
         }
     }
 
-    /* 2. Commands, while an event can be published for each. */
-    for (;;) {
+    /* 2. Commands, while an event can be published for each, at most RV_COMMANDS_PER_STEP of them: a burst of
+     * commands does not keep block 0 from its other duties, and its heartbeat moves with every command (each
+     * can take a while on a GPU, where the command and event rings are in host memory across PCIe). */
+    for (uint32_t n = 0; n < RV_COMMANDS_PER_STEP; ++n) {
         uint32_t head = h->command_head;
         uint32_t tail = rv_load_acquire_u32(&h->command_tail);
         if (head == tail) break;
@@ -825,6 +845,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
         rv_sv_execute(g, &cmd);
         rv_store_release_u32(&h->command_head, head + 1);
         rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);
+        rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
         out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
     }
     return out;

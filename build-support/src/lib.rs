@@ -31,6 +31,69 @@ pub fn kernel_include_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("kernels")
 }
 
+/// The environment variable that builds kernel code with a sanitizer: `thread` (ThreadSanitizer) or `address`
+/// (AddressSanitizer + UndefinedBehaviorSanitizer). The binary must then be run with the same runtime loaded
+/// first (see `.ci/run`).
+pub const SANITIZER_ENV: &str = "RINGVISOR_KERNEL_SANITIZER";
+
+/// A sanitizer the kernel code can be built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sanitizer {
+    /// ThreadSanitizer.
+    Thread,
+    /// AddressSanitizer and UndefinedBehaviorSanitizer.
+    Address,
+}
+
+impl Sanitizer {
+    /// The sanitizer [`SANITIZER_ENV`] names, if any (and tells Cargo to rebuild when it changes).
+    pub fn from_env() -> Result<Option<Sanitizer>, BuildError> {
+        println!("cargo:rerun-if-env-changed={SANITIZER_ENV}");
+        match std::env::var(SANITIZER_ENV).as_deref() {
+            Ok("thread") => Ok(Some(Sanitizer::Thread)),
+            Ok("address") => Ok(Some(Sanitizer::Address)),
+            Ok("") | Err(_) => Ok(None),
+            Ok(other) => Err(BuildError::UnknownSanitizer(other.to_string())),
+        }
+    }
+
+    /// The runtime libraries a binary built with this sanitizer links.
+    pub fn runtime_libs(self) -> &'static [&'static str] {
+        match self {
+            Sanitizer::Thread => &["tsan"],
+            Sanitizer::Address => &["asan", "ubsan"],
+        }
+    }
+}
+
+/// A C++ compiler set up for ringvisor's kernel code as the CPU backend runs it: C++17, no exceptions or RTTI,
+/// warnings on, `-O2`, the device headers on the include path, and the sanitizer of [`SANITIZER_ENV`].
+pub fn kernel_compiler() -> Result<cc::Build, BuildError> {
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .include(kernel_include_dir())
+        .flag_if_supported("-std=c++17")
+        .flag_if_supported("-fno-exceptions")
+        .flag_if_supported("-fno-rtti")
+        .warnings(true)
+        .opt_level(2);
+    match Sanitizer::from_env()? {
+        Some(Sanitizer::Thread) => {
+            build.flag("-fsanitize=thread").flag("-g").flag("-fno-omit-frame-pointer");
+        }
+        Some(Sanitizer::Address) => {
+            build
+                .flag("-fsanitize=address,undefined")
+                .flag("-fno-sanitize-recover=undefined")
+                .flag("-g")
+                .flag("-fno-omit-frame-pointer");
+        }
+        None => {}
+    }
+    Ok(build)
+}
+
 /// Errors of [`Behaviours::compile`].
 #[derive(Debug)]
 pub enum BuildError {
@@ -40,6 +103,8 @@ pub enum BuildError {
     Io(PathBuf, std::io::Error),
     /// A Cargo environment variable is missing (not running inside a build script).
     NotInBuildScript(&'static str),
+    /// [`SANITIZER_ENV`] names no sanitizer.
+    UnknownSanitizer(String),
 }
 
 impl std::fmt::Display for BuildError {
@@ -48,6 +113,7 @@ impl std::fmt::Display for BuildError {
             BuildError::InvalidName(n) => write!(f, "invalid behaviour name or function: {n}"),
             BuildError::Io(p, e) => write!(f, "{}: {e}", p.display()),
             BuildError::NotInBuildScript(v) => write!(f, "{v} is not set: call compile() from a build script"),
+            BuildError::UnknownSanitizer(v) => write!(f, "{SANITIZER_ENV} must be `thread` or `address`, not `{v}`"),
         }
     }
 }
@@ -150,26 +216,7 @@ impl Behaviours {
         let rs_path = out_dir.join("ringvisor_behaviours.rs");
         std::fs::write(&rs_path, rs).map_err(|e| BuildError::Io(rs_path.clone(), e))?;
 
-        let mut build = cc::Build::new();
-        build
-            .cpp(true)
-            .file(&cpp_path)
-            .include(kernel_include_dir())
-            .flag_if_supported("-std=c++17")
-            .flag_if_supported("-fno-exceptions")
-            .warnings(true)
-            .opt_level(2);
-        println!("cargo:rerun-if-env-changed=RINGVISOR_KERNEL_SANITIZER");
-        match std::env::var("RINGVISOR_KERNEL_SANITIZER").as_deref() {
-            Ok("thread") => {
-                build.flag("-fsanitize=thread");
-            }
-            Ok("address") => {
-                build.flag("-fsanitize=address,undefined");
-            }
-            _ => {}
-        }
-        build.compile(lib_name);
+        kernel_compiler()?.file(&cpp_path).compile(lib_name);
         Ok(())
     }
 }

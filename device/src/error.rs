@@ -1,95 +1,7 @@
 //! Errors of the device layer.
 
-use crate::event::SlotState;
-use crate::layout::*;
-
-/// A failure code reported by the device (rejections, actor failures, error replies).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceCode {
-    /// The slot index is outside the grid.
-    SlotOutOfRange,
-    /// No behaviour is registered under that id.
-    UnknownBehaviour,
-    /// The command is not legal in the slot's current state.
-    IllegalTransition,
-    /// The command named a generation the slot no longer has.
-    StaleGeneration,
-    /// Block 0 is still waiting for the actor to acknowledge an earlier command.
-    Busy,
-    /// A malformed command (unknown op, init bytes too long, impossible index).
-    BadCommand,
-    /// A malformed envelope (wrong kind, destination or length).
-    BadEnvelope,
-    /// A payload larger than an envelope holds.
-    PayloadTooLarge,
-    /// A per-message limit was exceeded (replies, sends).
-    Limit,
-    /// A kernel-to-kernel inbox was full.
-    K2kFull,
-    /// The operation is not allowed here (for example: replying during init).
-    NotAllowed,
-    /// A failure injected through the control block's fault bits.
-    Injected,
-    /// The test behaviour received its poison payload.
-    Poison,
-    /// A kernel-to-kernel message's target is not running, or discarded it when it was killed or restarted.
-    TargetGone,
-    /// A behaviour's own failure code (>= 1000).
-    User(i32),
-    /// A code this version does not know.
-    Other(i32),
-}
-
-impl DeviceCode {
-    /// Decodes a device result code.
-    pub fn from_raw(code: i32) -> Self {
-        match code {
-            RV_ERR_SLOT_RANGE => Self::SlotOutOfRange,
-            RV_ERR_UNKNOWN_BEHAVIOUR => Self::UnknownBehaviour,
-            RV_ERR_ILLEGAL_TRANSITION => Self::IllegalTransition,
-            RV_ERR_STALE_GENERATION => Self::StaleGeneration,
-            RV_ERR_BUSY => Self::Busy,
-            RV_ERR_BAD_COMMAND => Self::BadCommand,
-            RV_ERR_BAD_ENVELOPE => Self::BadEnvelope,
-            RV_ERR_PAYLOAD_TOO_LARGE => Self::PayloadTooLarge,
-            RV_ERR_LIMIT => Self::Limit,
-            RV_ERR_K2K_FULL => Self::K2kFull,
-            RV_ERR_NOT_ALLOWED => Self::NotAllowed,
-            RV_ERR_INJECTED => Self::Injected,
-            RV_ERR_POISON => Self::Poison,
-            RV_ERR_TARGET_GONE => Self::TargetGone,
-            c if c >= RV_ERR_USER_BASE => Self::User(c),
-            c => Self::Other(c),
-        }
-    }
-
-    /// The raw device code.
-    pub fn raw(self) -> i32 {
-        match self {
-            Self::SlotOutOfRange => RV_ERR_SLOT_RANGE,
-            Self::UnknownBehaviour => RV_ERR_UNKNOWN_BEHAVIOUR,
-            Self::IllegalTransition => RV_ERR_ILLEGAL_TRANSITION,
-            Self::StaleGeneration => RV_ERR_STALE_GENERATION,
-            Self::Busy => RV_ERR_BUSY,
-            Self::BadCommand => RV_ERR_BAD_COMMAND,
-            Self::BadEnvelope => RV_ERR_BAD_ENVELOPE,
-            Self::PayloadTooLarge => RV_ERR_PAYLOAD_TOO_LARGE,
-            Self::Limit => RV_ERR_LIMIT,
-            Self::K2kFull => RV_ERR_K2K_FULL,
-            Self::NotAllowed => RV_ERR_NOT_ALLOWED,
-            Self::Injected => RV_ERR_INJECTED,
-            Self::Poison => RV_ERR_POISON,
-            Self::TargetGone => RV_ERR_TARGET_GONE,
-            Self::User(c) | Self::Other(c) => c,
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?} (code {})", self.raw())
-    }
-}
+pub use crate::codes::DeviceCode;
+use crate::codes::{SlotState, UndeliveredReason};
 
 /// Errors returned by [`crate::Device`].
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -169,7 +81,7 @@ pub enum DeviceError {
         /// The slot.
         slot: u32,
         /// Why.
-        reason: crate::event::UndeliveredReason,
+        reason: UndeliveredReason,
     },
     /// No answer before the deadline.
     #[error("timed out")]

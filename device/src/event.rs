@@ -1,118 +1,9 @@
-//! What the device tells the host: slot states, events, and messages it could not deliver.
+//! What the device tells the host: events, and the messages an event made undeliverable.
 
-use crate::error::DeviceCode;
-use crate::layout::*;
+use crate::codes::DeviceCode;
+pub use crate::codes::{CommandOp, EventKind, SlotState, UndeliveredReason};
+use crate::layout::RawEvent;
 use crate::message::Envelope;
-
-/// Lifecycle state of a slot (`Dormant -> Initializing -> Active <-> Draining -> Terminated`, and `Failed`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SlotState {
-    /// Never created.
-    Dormant,
-    /// Being created by block 0 (transient).
-    Initializing,
-    /// Processing messages.
-    Active,
-    /// Finishing the messages it had, then Terminated.
-    Draining,
-    /// Stopped (killed or drained).
-    Terminated,
-    /// The behaviour reported a failure.
-    Failed,
-}
-
-impl SlotState {
-    /// Decodes a raw state; unknown values map to `Failed`.
-    pub fn from_raw(raw: u32) -> Self {
-        match raw {
-            RV_STATE_DORMANT => Self::Dormant,
-            RV_STATE_INITIALIZING => Self::Initializing,
-            RV_STATE_ACTIVE => Self::Active,
-            RV_STATE_DRAINING => Self::Draining,
-            RV_STATE_TERMINATED => Self::Terminated,
-            _ => Self::Failed,
-        }
-    }
-}
-
-/// Kind of a device event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// Slot created and Active.
-    Created,
-    /// The behaviour's init failed; the slot is Failed.
-    CreateFailed,
-    /// Slot Terminated by Kill.
-    Killed,
-    /// Slot re-created (new generation) and Active.
-    Restarted,
-    /// Slot Draining.
-    Draining,
-    /// Drain finished; slot Terminated.
-    Drained,
-    /// Slot Active again after a drain was cancelled.
-    Resumed,
-    /// The actor failed; slot Failed.
-    Failed,
-    /// A command was rejected; nothing changed.
-    Rejected,
-    /// Host-made: the device was lost; the slot's queued messages are handed back (see
-    /// [`crate::Device::health`]).
-    DeviceLost,
-    /// Host-made: the device was shut down; the slot's queued messages are handed back.
-    DeviceStopped,
-    /// Host-made: the slot was quarantined (see [`crate::Device::quarantine`]); its queued messages are
-    /// handed back.
-    Quarantined,
-    /// An event kind this version does not know.
-    Unknown(u32),
-}
-
-impl EventKind {
-    /// Decodes a raw event kind.
-    pub fn from_raw(raw: u32) -> Self {
-        match raw {
-            RV_EVT_CREATED => Self::Created,
-            RV_EVT_CREATE_FAILED => Self::CreateFailed,
-            RV_EVT_KILLED => Self::Killed,
-            RV_EVT_RESTARTED => Self::Restarted,
-            RV_EVT_DRAINING => Self::Draining,
-            RV_EVT_DRAINED => Self::Drained,
-            RV_EVT_RESUMED => Self::Resumed,
-            RV_EVT_FAILED => Self::Failed,
-            RV_EVT_REJECTED => Self::Rejected,
-            other => Self::Unknown(other),
-        }
-    }
-}
-
-/// Command opcodes, as the host names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CommandOp {
-    /// Create an actor in a Dormant or Terminated slot.
-    Create,
-    /// Terminate a running or failed actor.
-    Kill,
-    /// Kill (if running) and create again, with a new generation.
-    Restart,
-    /// Finish the queued messages, then terminate.
-    Drain,
-    /// Cancel a drain.
-    Resume,
-}
-
-impl CommandOp {
-    /// The raw opcode.
-    pub fn raw(self) -> u32 {
-        match self {
-            Self::Create => RV_OP_CREATE,
-            Self::Kill => RV_OP_KILL,
-            Self::Restart => RV_OP_RESTART,
-            Self::Drain => RV_OP_DRAIN,
-            Self::Resume => RV_OP_RESUME,
-        }
-    }
-}
 
 /// One event published by block 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,19 +47,6 @@ impl DeviceEvent {
             failed_index: raw.failed_index,
         }
     }
-}
-
-/// Why a message handed to the device was not processed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UndeliveredReason {
-    /// It was still queued when its actor was killed or restarted.
-    LeftInInbox,
-    /// The actor failed while processing it (a possible poison message).
-    InFlightAtCrash,
-    /// Still queued (or unanswered) when the device was lost.
-    DeviceLost,
-    /// Still queued when its slot was quarantined.
-    Quarantined,
 }
 
 /// A message the device did not process, handed back to the host.

@@ -6,7 +6,7 @@
 //! drift fails the build or the tests.
 //!
 //! These structs are never read or written as a whole across the host/device boundary: the host touches one
-//! field at a time through [`crate::ring`], with acquire/release atomics where the field is shared.
+//! field at a time through `crate::shared`, with acquire/release atomics where the field is shared.
 //! Field and constant meanings are documented once, in the C header.
 #![allow(missing_docs)]
 
@@ -28,6 +28,8 @@ pub const RV_NO_INDEX: u32 = 0xFFFF_FFFF;
 pub const RV_HOST_ENDPOINT: u32 = 0xFFFF_FFFF;
 /// Most kernel-to-kernel sends one message may stage.
 pub const RV_MAX_SENDS_PER_MESSAGE: u32 = 4;
+/// Most commands block 0 carries out in one step (its heartbeat moves after each).
+pub const RV_COMMANDS_PER_STEP: u32 = 32;
 
 /// Slot lifecycle states.
 pub const RV_STATE_DORMANT: u32 = 0;

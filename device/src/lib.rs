@@ -10,11 +10,14 @@
 //! `ringvisor-supervisor` decides when to call them.
 //!
 //! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
-//! access to the shared region), and [`Device`] (the safe API).
+//! access to the shared region), and [`Device`] (the safe API). Beside them: `codes` (the device's vocabulary),
+//! [`error`], [`event`], [`message`], [`behaviour`], `backend` (the executors), `sync` and `wait` (hand-offs and
+//! how host threads wait).
 #![warn(missing_docs)]
 
 mod backend;
 pub mod behaviour;
+mod codes;
 mod device;
 pub mod error;
 pub mod event;
@@ -24,6 +27,7 @@ pub mod layout;
 pub mod message;
 mod shared;
 mod sync;
+mod wait;
 
 pub use backend::cpu::CpuConfig;
 pub use backend::cuda::{
@@ -33,9 +37,11 @@ pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use device::{
     CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, Fault, PendingCommand,
-    SlotSnapshot,
+    SlotSnapshot, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
-pub use message::{decode_archived, encode_archived, pod_bytes, Envelope, Reply, PAYLOAD_BYTES};
+pub use message::{
+    check_payload, decode_archived, encode_archived, pod_bytes, Endpoint, Envelope, Reply, PAYLOAD_BYTES,
+};
 pub use sync::Stream;

@@ -4,11 +4,31 @@
 //! zero-copy ([`pod_bytes`], [`Reply::decode`]); host-side types that need a validated encoding use rkyv
 //! ([`encode_archived`], [`decode_archived`]), which checks the bytes before anything is read from them.
 
+use crate::codes::DeviceCode;
 use crate::error::DeviceError;
 use crate::layout::*;
 
 /// Payload bytes one envelope carries.
 pub const PAYLOAD_BYTES: usize = RV_PAYLOAD_BYTES as usize;
+
+/// One end of a message: the host, or an actor's slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// The host (a `send`, `post` or `call`).
+    Host,
+    /// The actor in this slot (a kernel-to-kernel message).
+    Slot(u32),
+}
+
+impl Endpoint {
+    fn from_raw(raw: u32) -> Self {
+        if raw == RV_HOST_ENDPOINT {
+            Self::Host
+        } else {
+            Self::Slot(raw)
+        }
+    }
+}
 
 /// An envelope: header fields and up to [`PAYLOAD_BYTES`] of payload.
 #[derive(Clone, PartialEq, Eq)]
@@ -50,9 +70,14 @@ impl Envelope {
     /// A host-to-actor envelope; fails if the payload does not fit.
     pub fn to_actor(destination: u32, correlation: u64, payload: &[u8], want_reply: bool) -> Result<Self, DeviceError> {
         check_payload(payload)?;
+        Ok(Self::to_actor_unchecked(destination, correlation, payload, want_reply))
+    }
+
+    /// [`Envelope::to_actor`] for a payload [`check_payload`] accepted.
+    pub(crate) fn to_actor_unchecked(destination: u32, correlation: u64, payload: &[u8], want_reply: bool) -> Self {
         let mut bytes = [0u8; PAYLOAD_BYTES];
         bytes[..payload.len()].copy_from_slice(payload);
-        Ok(Self {
+        Self {
             kind: RV_KIND_USER as u8,
             flags: if want_reply { 0 } else { RV_FLAG_NO_REPLY as u8 },
             source: RV_HOST_ENDPOINT,
@@ -62,7 +87,12 @@ impl Envelope {
             hlc: 0,
             len: payload.len() as u16,
             payload: bytes,
-        })
+        }
+    }
+
+    /// Who sent it.
+    pub fn sender(&self) -> Endpoint {
+        Endpoint::from_raw(self.source)
     }
 
     /// The payload bytes.
@@ -143,7 +173,7 @@ impl Reply {
             let p = self.envelope.payload();
             let code = p.get(..4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes"))).unwrap_or(0);
             let detail = p.get(4..8).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).unwrap_or(0);
-            return Err(DeviceError::ErrorReply { code: crate::error::DeviceCode::from_raw(code), detail });
+            return Err(DeviceError::ErrorReply { code: DeviceCode::from_raw(code), detail });
         }
         Ok(self.envelope.payload())
     }
@@ -195,7 +225,9 @@ where
     rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned).map_err(|e| DeviceError::Codec(e.to_string()))
 }
 
-pub(crate) fn check_payload(payload: &[u8]) -> Result<(), DeviceError> {
+/// Whether `payload` fits one envelope ([`PAYLOAD_BYTES`]): the one check of a payload's length on the host,
+/// made before anything is written or queued.
+pub fn check_payload(payload: &[u8]) -> Result<(), DeviceError> {
     if payload.len() > PAYLOAD_BYTES {
         return Err(DeviceError::PayloadTooLarge { len: payload.len(), max: PAYLOAD_BYTES });
     }

@@ -246,8 +246,8 @@ impl SharedGrid {
         }
     }
 
-    /// Block 0's heartbeat and counters.
-    pub(crate) fn supervisor_counters(&self) -> (u64, u64, u64) {
+    /// Block 0's heartbeat, commands processed and events published.
+    pub(crate) fn block0_counters(&self) -> (u64, u64, u64) {
         let h = self.header();
         // SAFETY: aligned fields of the live header.
         unsafe {

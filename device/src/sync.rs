@@ -1,14 +1,15 @@
 //! Small hand-off primitives usable from both sync and async code: a one-shot [`Completion`] and an
-//! unbounded multi-consumer [`Stream`]. tokio's channels cannot wait with a timeout from plain threads, and
-//! std's cannot be awaited; these do both.
+//! unbounded multi-consumer [`Stream`] (tokio's channels cannot wait with a timeout from plain threads, and
+//! std's cannot be awaited; these do both); and the crate's one lock helper.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the data inconsistent (single assignments).
+/// Locks `m`, ignoring poisoning: every lock of this crate guards data that a panic cannot leave half-written
+/// (single assignments and whole-record updates), and the device must keep accounting after a user's panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -21,12 +21,12 @@ fn an_executor_stall_stops_every_block_and_is_ridden_out() {
     let d = counter_device(4, Some(Duration::from_secs(30)));
     d.inject_device(DeviceFault::Stall).unwrap();
     std::thread::sleep(Duration::from_millis(20)); // a step already under way finishes
-    let before = (d.stats().supervisor_heartbeat, d.snapshot(1).unwrap().heartbeat);
+    let before = (d.stats().block0_heartbeat, d.snapshot(1).unwrap().heartbeat);
     // Neither a call nor a command makes progress while the executor is stalled.
     assert_eq!(d.call(1, &1i64.to_le_bytes(), Duration::from_millis(300)).unwrap_err(), DeviceError::Timeout);
     let kill = d.kill(2).unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!((d.stats().supervisor_heartbeat, d.snapshot(1).unwrap().heartbeat), before, "heartbeats stopped");
+    assert_eq!((d.stats().block0_heartbeat, d.snapshot(1).unwrap().heartbeat), before, "heartbeats stopped");
     assert!(matches!(d.health(), DeviceHealth::Unresponsive(t) if t >= Duration::from_millis(250)), "{:?}", d.health());
     d.inject_device(DeviceFault::Resume).unwrap();
     assert_eq!(kill.wait_blocking(T).unwrap().event.kind, EventKind::Killed);

@@ -169,6 +169,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_NO_INDEX,
             RV_HOST_ENDPOINT,
             RV_MAX_SENDS_PER_MESSAGE,
+            RV_COMMANDS_PER_STEP,
             RV_STATE_DORMANT,
             RV_STATE_INITIALIZING,
             RV_STATE_ACTIVE,

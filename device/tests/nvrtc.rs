@@ -1,5 +1,6 @@
 //! Every kernel source (protocol, built-in behaviours, the example user behaviour, the CUDA entry points)
-//! compiles with NVRTC to CUBIN for sm_70, sm_80 and sm_90. No GPU is needed, only the NVRTC library.
+//! compiles with NVRTC to CUBIN for sm_70, sm_80 and sm_90 (those of them the installed NVRTC supports: CUDA
+//! 11.8's, which CI installs, has all three; CUDA 13's has no sm_70). No GPU is needed, only the NVRTC library.
 //!
 //! Without the library the test says that it skipped; with `RINGVISOR_REQUIRE_NVRTC=1` (set by `.ci/run`) a
 //! missing library is a failure.
@@ -40,7 +41,13 @@ fn device_program_compiles_to_cubin_for_sm70_sm80_sm90() {
     }
     let program = cuda_source::program(&behaviours()).unwrap();
     assert!(program.contains("moving_average(ctx, msg)"), "the user behaviour is dispatched");
-    for (major, minor) in [(7, 0), (8, 0), (9, 0)] {
+    let supported = nvrtc::supported_archs().unwrap();
+    let targets: Vec<u32> = [70, 80, 90].into_iter().filter(|a| supported.contains(a)).collect();
+    assert!(targets.contains(&80) && targets.contains(&90), "NVRTC supports {supported:?}");
+    if targets.len() < 3 {
+        eprintln!("note: this NVRTC does not support sm_70 (supported: {supported:?}); checked {targets:?}");
+    }
+    for (major, minor) in targets.iter().map(|a| (a / 10, a % 10)) {
         let cubin = nvrtc::compile(&program, "ringvisor.cu", major, minor, nvrtc::Output::Cubin)
             .unwrap_or_else(|e| panic!("sm_{major}{minor}: {e}"));
         assert!(cubin.len() > 1024 && cubin.starts_with(b"\x7fELF"), "sm_{major}{minor}: not a CUBIN");
@@ -60,6 +67,6 @@ fn a_compile_error_is_reported_with_the_log() {
         return;
     }
     let err =
-        nvrtc::compile("__global__ void k() { undefined_thing(); }", "bad.cu", 7, 0, nvrtc::Output::Ptx).unwrap_err();
+        nvrtc::compile("__global__ void k() { undefined_thing(); }", "bad.cu", 8, 0, nvrtc::Output::Ptx).unwrap_err();
     assert!(err.to_string().contains("undefined_thing"), "{err}");
 }

@@ -47,7 +47,7 @@ impl ChaosTask {
                     let Some((fault, target)) = schedule.next(names.len()) else { continue };
                     if let Ok(n) = injector.inject(&names[target], fault) {
                         if n > 0 {
-                            *counts.lock().unwrap_or_else(|p| p.into_inner()).entry(fault.label()).or_default() += 1;
+                            *super::lock(&counts).entry(fault.label()).or_default() += 1;
                         }
                     }
                 }
@@ -58,7 +58,7 @@ impl ChaosTask {
 
     /// Faults injected so far.
     pub fn counts(&self) -> FaultCounts {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        super::lock(&self.counts).clone()
     }
 
     /// Stops injecting; returns what was injected.

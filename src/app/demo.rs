@@ -101,7 +101,7 @@ impl Processed {
         if ended == 0 {
             return;
         }
-        let mut s = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = super::lock(&self.settled);
         let done = s.0.get(&ev.slot).copied().unwrap_or(0);
         if ended > done {
             s.0.insert(ev.slot, ended);
@@ -110,7 +110,7 @@ impl Processed {
     }
 
     fn total(&self) -> u64 {
-        self.settled.lock().unwrap_or_else(|p| p.into_inner()).1
+        super::lock(&self.settled).1
     }
 }
 

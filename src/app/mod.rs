@@ -8,3 +8,8 @@ pub mod live;
 pub mod monitor;
 pub mod prometheus;
 pub mod report;
+
+/// Locks `m`, ignoring poisoning (the command's shared counters stay meaningful after a panicked task).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -11,6 +11,14 @@ use ractor::{Actor, ActorCell};
 
 use crate::services::Services;
 
+/// The reason a spawn failed, without ractor's wrapping.
+pub(crate) fn spawn_error(e: ractor::SpawnErr) -> String {
+    match e {
+        ractor::SpawnErr::StartupFailed(inner) => inner.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -34,7 +42,7 @@ impl StartContext {
         A::spawn_linked(None, actor, args, self.supervisor.clone())
             .await
             .map(|(actor_ref, _)| actor_ref.get_cell())
-            .map_err(|e| e.to_string())
+            .map_err(spawn_error)
     }
 }
 

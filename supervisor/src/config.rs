@@ -19,7 +19,7 @@
 //! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,8 +28,9 @@ use std::time::Duration;
 use toml::Value;
 
 use crate::child::{ActorFactory, GpuChild};
-use crate::registry::validate_name;
+use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
 use crate::spec::*;
+use crate::validate::check_tree;
 
 /// One problem in a spec, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -469,77 +470,5 @@ impl Walker<'_> {
             b = b.reset_after(Duration::from_millis(self.integer(t, "reset_after_ms", path, 0)? as u64));
         }
         Some(b)
-    }
-}
-
-/// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
-pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
-    check_spec(spec, path, problems);
-    let mut names = HashMap::new();
-    collect_names(spec, path, &mut names, problems);
-}
-
-fn collect_names(spec: &SupervisorSpec, path: &str, seen: &mut HashMap<String, String>, problems: &mut Vec<String>) {
-    for (i, child) in spec.children.iter().enumerate() {
-        let child_path = format!("{path}.children[{i}]");
-        if let Some(name) = &child.name {
-            if spec.strategy != Strategy::SimpleOneForOne {
-                if let Some(first) = seen.insert(name.clone(), child_path.clone()) {
-                    problems.push(format!("{child_path}.name: \"{name}\" is also the name of {first}"));
-                }
-            }
-        }
-        if let ChildStart::Supervisor(nested) = &child.start {
-            collect_names(nested, &format!("{child_path}.supervisor"), seen, problems);
-        }
-    }
-}
-
-/// Checks one supervisor level and its children (recursively). Problems are `path: message`.
-pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
-    if spec.period.is_zero() {
-        problems.push(format!("{path}.period: must be positive"));
-    }
-    if spec.strategy == Strategy::SimpleOneForOne && spec.children.len() != 1 {
-        problems.push(format!(
-            "{path}.children: a simple_one_for_one supervisor needs exactly one child (the template), found {}",
-            spec.children.len()
-        ));
-    }
-    let mut ids = HashSet::new();
-    for (i, child) in spec.children.iter().enumerate() {
-        let child_path = format!("{path}.children[{i}]");
-        if !ids.insert(child.id.as_str()) {
-            problems.push(format!("{child_path}.id: duplicate id \"{}\"", child.id));
-        }
-        check_child(child, &child_path, problems);
-        if let ChildStart::Supervisor(nested) = &child.start {
-            check_spec(nested, &format!("{child_path}.supervisor"), problems);
-        }
-    }
-}
-
-/// Checks one child spec. Problems are `path: message`.
-pub(crate) fn check_child(child: &ChildSpec, path: &str, problems: &mut Vec<String>) {
-    if child.id.is_empty() {
-        problems.push(format!("{path}.id: must not be empty"));
-    }
-    if child.significant && child.restart == Restart::Permanent {
-        problems.push(format!("{path}.significant: a significant child cannot be permanent"));
-    }
-    if let Some(name) = &child.name {
-        if let Err(e) = validate_name(&name.replace("{id}", "id")) {
-            problems.push(format!("{path}.name: {e}"));
-        }
-    }
-    if let Some(b) = &child.backoff {
-        if b.initial.is_zero() || b.max < b.initial {
-            problems.push(format!("{path}.backoff: needs 0 < initial <= max"));
-        }
-    }
-    if let ChildStart::Gpu(g) = &child.start {
-        if g.behaviour().is_empty() {
-            problems.push(format!("{path}.gpu: behaviour name must not be empty"));
-        }
     }
 }

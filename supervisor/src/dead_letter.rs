@@ -4,11 +4,13 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use ringvisor_device::{Envelope, UndeliveredReason};
+use ringvisor_device::{Endpoint, Envelope, UndeliveredReason};
 use tokio::sync::mpsc;
+
+use crate::sync::lock;
 
 /// Why a message became a dead letter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -86,10 +88,9 @@ pub enum Origin {
 
 impl Origin {
     pub(crate) fn of(envelope: &Envelope) -> Self {
-        if envelope.source == ringvisor_device::layout::RV_HOST_ENDPOINT {
-            Self::Host
-        } else {
-            Self::Slot(envelope.source)
+        match envelope.sender() {
+            Endpoint::Host => Self::Host,
+            Endpoint::Slot(slot) => Self::Slot(slot),
         }
     }
 }
@@ -178,10 +179,6 @@ impl Default for DeadLetters {
     fn default() -> Self {
         Self::new(10_000, OverflowPolicy::DropOldest)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl DeadLetters {
@@ -292,27 +289,27 @@ mod tests {
         q.push(DeadLetterReason::DeadTarget, Origin::Host, Some("t".into()), None, vec![n])
     }
 
-    #[test]
-    fn drop_oldest_keeps_the_newest_and_counts_evictions() {
-        let q = DeadLetters::new(2, OverflowPolicy::DropOldest);
+    /// Five letters (payloads 0..5) into a queue of two under `policy`: the payloads held, and the stats.
+    fn five_into_two(policy: OverflowPolicy) -> (Vec<u8>, DeadLetterStats) {
+        let q = DeadLetters::new(2, policy);
         for n in 0..5 {
             push(&q, n);
         }
-        let held: Vec<u8> = q.snapshot().iter().map(|l| l.payload[0]).collect();
+        (q.snapshot().iter().map(|l| l.payload[0]).collect(), q.stats())
+    }
+
+    #[test]
+    fn drop_oldest_keeps_the_newest_and_counts_evictions() {
+        let (held, s) = five_into_two(OverflowPolicy::DropOldest);
         assert_eq!(held, vec![3, 4]);
-        let s = q.stats();
         assert_eq!((s.evicted, s.total(), s.held), (3, 5, 2));
     }
 
     #[test]
     fn drop_newest_keeps_the_oldest() {
-        let q = DeadLetters::new(2, OverflowPolicy::DropNewest);
-        for n in 0..5 {
-            push(&q, n);
-        }
-        let held: Vec<u8> = q.snapshot().iter().map(|l| l.payload[0]).collect();
+        let (held, s) = five_into_two(OverflowPolicy::DropNewest);
         assert_eq!(held, vec![0, 1]);
-        assert_eq!(q.stats().evicted, 3);
+        assert_eq!((s.evicted, s.total(), s.held), (3, 5, 2));
     }
 
     #[test]

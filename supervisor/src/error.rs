@@ -2,7 +2,7 @@
 
 use ringvisor_device::DeviceError;
 
-use crate::handle::ChildStatus;
+use crate::status::ChildStatus;
 
 /// Errors of supervisor operations; the admin ones are OTP's (`already_started`, `already_present`,
 /// `running`, `restarting`, `not_found`).
@@ -49,7 +49,7 @@ pub enum SupervisorError {
     NoSlot(String),
     /// A registry name is taken or invalid.
     #[error(transparent)]
-    Registry(#[from] crate::registry::RegistryError),
+    Registry(#[from] RegistryError),
 }
 
 /// Errors of sending through a stable handle.
@@ -81,4 +81,28 @@ pub enum SendError {
     /// The device refused or failed the operation.
     #[error(transparent)]
     Device(#[from] DeviceError),
+}
+
+/// Errors of the registry.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// The name is not valid (the message says why).
+    #[error("invalid name `{name}`: {why}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// The pattern is not valid (the message says why).
+    #[error("invalid pattern `{pattern}`: {why}")]
+    InvalidPattern {
+        /// The pattern.
+        pattern: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// Another child holds the name.
+    #[error("name `{0}` is already bound to another actor")]
+    Taken(String),
 }

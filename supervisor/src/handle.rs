@@ -4,39 +4,21 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::ActorCell;
-use ringvisor_device::{Device, DeviceError, Reply};
+use ringvisor_device::{check_payload, Device, DeviceError, Reply, PAYLOAD_BYTES};
 use tokio::sync::watch;
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
-use crate::services::DeviceSlots;
-
-/// Where a child is in its life, as its handles see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChildStatus {
-    /// Being started for the first time.
-    Starting,
-    /// Running.
-    Running,
-    /// Exited and about to be (or being) restarted; messages wait for the new incarnation.
-    Restarting,
-    /// Not running and not being restarted, but its spec is kept (it can be restarted by `restart_child`).
-    Stopped,
-    /// Gone for good: temporary and ended, deleted, or its supervisor stopped.
-    Gone,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::gpu::slots::DeviceSlots;
+use crate::status::ChildStatus;
+use crate::sync::lock;
 
 /// The GPU side of a child: its device, its slot and the messages parked while the slot does not accept any.
-pub(crate) struct GpuShared {
+pub(crate) struct GpuActorShared {
     /// The device the child was started on (a device restart starts a new tree with new handles).
     pub(crate) slots: Arc<DeviceSlots>,
     /// The slot; it changes only if the slot is quarantined and the child moves.
@@ -45,7 +27,7 @@ pub(crate) struct GpuShared {
     dead_letters: DeadLetters,
 }
 
-impl GpuShared {
+impl GpuActorShared {
     pub(crate) fn device(&self) -> &Device {
         &self.slots.device
     }
@@ -58,6 +40,11 @@ impl GpuShared {
     pub(crate) fn move_to(&self, slot: u32) {
         self.slot.store(slot, Ordering::Release);
     }
+
+    /// Files a message from the host to this child, filed under `target`, as a dead letter.
+    fn dead_letter(&self, reason: DeadLetterReason, target: String, payload: Vec<u8>) {
+        self.dead_letters.push(reason, Origin::Host, Some(target), Some(self.slot()), payload);
+    }
 }
 
 /// The state every handle of one child shares.
@@ -66,7 +53,7 @@ pub(crate) struct ChildShared {
     pub(crate) name: Option<String>,
     status: watch::Sender<ChildStatus>,
     actor: Mutex<Option<ActorCell>>,
-    pub(crate) gpu: Option<GpuShared>,
+    pub(crate) gpu_actor: Option<GpuActorShared>,
 }
 
 impl ChildShared {
@@ -80,7 +67,7 @@ impl ChildShared {
             name,
             status: watch::Sender::new(ChildStatus::Starting),
             actor: Mutex::new(None),
-            gpu: gpu.map(|(slots, slot, dead_letters)| GpuShared {
+            gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
                 slots,
                 slot: AtomicU32::new(slot),
                 parked: Mutex::new(VecDeque::new()),
@@ -101,7 +88,7 @@ impl ChildShared {
     /// Marks the child running as `actor`, then hands it the messages parked while it was down.
     pub(crate) fn set_running(&self, actor: ActorCell) {
         *lock(&self.actor) = Some(actor);
-        match &self.gpu {
+        match &self.gpu_actor {
             Some(gpu) => {
                 let mut parked = lock(&gpu.parked);
                 self.status.send_replace(ChildStatus::Running);
@@ -119,7 +106,7 @@ impl ChildShared {
                                 DeviceError::DeviceLost => DeadLetterReason::DeviceLost,
                                 _ => DeadLetterReason::DeadTarget,
                             };
-                            gpu.dead_letters.push(reason, Origin::Host, Some(self.target()), Some(gpu.slot()), payload);
+                            gpu.dead_letter(reason, self.target(), payload);
                         }
                     }
                 }
@@ -135,19 +122,13 @@ impl ChildShared {
     pub(crate) fn set_down(&self, status: ChildStatus) {
         debug_assert!(status != ChildStatus::Running);
         *lock(&self.actor) = None;
-        match &self.gpu {
+        match &self.gpu_actor {
             Some(gpu) => {
                 let mut parked = lock(&gpu.parked);
                 self.status.send_replace(status);
-                if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+                if status.has_ended() {
                     for payload in parked.drain(..) {
-                        gpu.dead_letters.push(
-                            DeadLetterReason::DeadTarget,
-                            Origin::Host,
-                            Some(self.target()),
-                            Some(gpu.slot()),
-                            payload,
-                        );
+                        gpu.dead_letter(DeadLetterReason::DeadTarget, self.target(), payload);
                     }
                 }
             }
@@ -208,7 +189,7 @@ impl ChildRef {
 
     /// The GPU handle, for GPU children.
     pub fn gpu(&self) -> Option<GpuActorRef> {
-        self.shared.gpu.as_ref().map(|_| GpuActorRef { shared: self.shared.clone() })
+        self.shared.gpu_actor.as_ref().map(|_| GpuActorRef { shared: self.shared.clone() })
     }
 
     /// Waits until the child is running (returns true) or gone / stopped / past `timeout` (false).
@@ -242,8 +223,8 @@ impl std::fmt::Debug for GpuActorRef {
 }
 
 impl GpuActorRef {
-    fn gpu(&self) -> &GpuShared {
-        self.shared.gpu.as_ref().expect("a GpuActorRef is only made for GPU children")
+    fn gpu(&self) -> &GpuActorShared {
+        self.shared.gpu_actor.as_ref().expect("a GpuActorRef is only made for GPU children")
     }
 
     /// The device the child runs on (the one it was started on; a device restart starts a new tree).
@@ -273,8 +254,15 @@ impl GpuActorRef {
     }
 
     fn dead_letter(&self, reason: DeadLetterReason, payload: &[u8]) {
-        let gpu = self.gpu();
-        gpu.dead_letters.push(reason, Origin::Host, Some(self.shared.target()), Some(gpu.slot()), payload.to_vec());
+        self.gpu().dead_letter(reason, self.shared.target(), payload.to_vec());
+    }
+
+    /// The child has ended for good (`status`): `payloads` are dead letters, and the send fails.
+    fn refuse_ended<'a>(&self, status: ChildStatus, payloads: impl IntoIterator<Item = &'a [u8]>) -> SendError {
+        for p in payloads {
+            self.dead_letter(DeadLetterReason::DeadTarget, p);
+        }
+        SendError::Gone { status }
     }
 
     /// Sends a one-way message. While the child restarts the message waits for the new incarnation; a
@@ -290,16 +278,13 @@ impl GpuActorRef {
 
     fn send_until(&self, payload: &[u8], timeout: Option<Duration>) -> Result<(), SendError> {
         let gpu = self.gpu();
-        if payload.len() > ringvisor_device::PAYLOAD_BYTES {
-            return Err(SendError::PayloadTooLarge { len: payload.len(), max: ringvisor_device::PAYLOAD_BYTES });
-        }
+        fits_envelope(payload)?;
         // The parked queue's lock orders this send against `set_running`'s flush and `set_down`.
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
-        if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+        if status.has_ended() {
             drop(parked);
-            self.dead_letter(DeadLetterReason::DeadTarget, payload);
-            return Err(SendError::Gone { status });
+            return Err(self.refuse_ended(status, [payload]));
         }
         if !parked.is_empty() {
             return self.park(&mut parked, payload);
@@ -330,17 +315,14 @@ impl GpuActorRef {
     /// inbox's worth); to a child gone for good they are dead letters and an error.
     pub fn send_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<usize, SendError> {
         let gpu = self.gpu();
-        if let Some(p) = payloads.iter().find(|p| p.as_ref().len() > ringvisor_device::PAYLOAD_BYTES) {
-            return Err(SendError::PayloadTooLarge { len: p.as_ref().len(), max: ringvisor_device::PAYLOAD_BYTES });
+        for p in payloads {
+            fits_envelope(p.as_ref())?;
         }
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
-        if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
+        if status.has_ended() {
             drop(parked);
-            for p in payloads {
-                self.dead_letter(DeadLetterReason::DeadTarget, p.as_ref());
-            }
-            return Err(SendError::Gone { status });
+            return Err(self.refuse_ended(status, payloads.iter().map(AsRef::as_ref)));
         }
         let park_all = |parked: &mut VecDeque<Vec<u8>>| {
             let room = (gpu.device().inbox_capacity() as usize).saturating_sub(parked.len());
@@ -393,9 +375,8 @@ impl GpuActorRef {
         let mut status_rx = self.shared.status.subscribe();
         loop {
             let status = *status_rx.borrow_and_update();
-            if matches!(status, ChildStatus::Stopped | ChildStatus::Gone) {
-                self.dead_letter(DeadLetterReason::DeadTarget, payload);
-                return Err(SendError::Gone { status });
+            if status.has_ended() {
+                return Err(self.refuse_ended(status, [payload]));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -417,4 +398,9 @@ impl GpuActorRef {
             }
         }
     }
+}
+
+/// The device layer's payload check, as a send's error (checked before a message is parked, too).
+fn fits_envelope(payload: &[u8]) -> Result<(), SendError> {
+    check_payload(payload).map_err(|_| SendError::PayloadTooLarge { len: payload.len(), max: PAYLOAD_BYTES })
 }

@@ -15,30 +15,36 @@ mod child;
 pub mod config;
 mod dead_letter;
 mod error;
-mod events;
+mod gpu;
 mod handle;
 mod intensity;
+mod policy;
 mod reason;
 pub mod registry;
 mod services;
-mod slot_actor;
 mod spec;
+mod status;
 mod supervisor;
+mod sync;
+mod tree_events;
+mod validate;
 
 pub use child::{ActorFactory, BoxFuture, GpuChild, StartContext};
 pub use config::{SpecError, SpecErrors, SpecLoader};
 pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetterStats, DeadLetters, Origin, OverflowPolicy};
-pub use error::{SendError, SupervisorError};
-pub use events::{TreeEvent, TreeEvents};
-pub use handle::{ChildRef, ChildStatus, GpuActorRef};
+pub use error::{RegistryError, SendError, SupervisorError};
+pub use gpu::{EventFault, SlotMsg};
+pub use handle::{ChildRef, GpuActorRef};
+pub use policy::{AutoShutdown, Backoff, ChildType, Restart, Shutdown, Strategy};
 pub use reason::{stop_reason, ExitReason};
-pub use registry::{Registry, RegistryError, RegistryEvent};
-pub use services::{EventFault, Services};
-pub use slot_actor::SlotMsg;
-pub use spec::{AutoShutdown, Backoff, ChildSpec, ChildStart, ChildType, Restart, Shutdown, Strategy, SupervisorSpec};
+pub use registry::{Registry, RegistryEvent};
+pub use services::Services;
+pub use spec::{ChildSpec, ChildStart, SupervisorSpec};
+pub use status::{ChildStatus, RunState};
 pub use supervisor::{
-    ChildCount, ChildInfo, RunState, Supervisor, SupervisorArgs, SupervisorMsg, SupervisorRef, SupervisorState,
+    ChildCount, ChildInfo, Supervisor, SupervisorArgs, SupervisorMsg, SupervisorRef, SupervisorState,
 };
+pub use tree_events::{TreeEvent, TreeEvents};
 
 pub use ractor;
 pub use ringvisor_device as device;

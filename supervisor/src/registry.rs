@@ -10,34 +10,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 
+pub use crate::error::RegistryError;
 use crate::handle::ChildRef;
+use crate::sync::{lock, read, write};
 
 /// Longest name or pattern accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
-
-/// Errors of the registry.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum RegistryError {
-    /// The name is not valid (the message says why).
-    #[error("invalid name `{name}`: {why}")]
-    InvalidName {
-        /// The name.
-        name: String,
-        /// Why.
-        why: &'static str,
-    },
-    /// The pattern is not valid (the message says why).
-    #[error("invalid pattern `{pattern}`: {why}")]
-    InvalidPattern {
-        /// The pattern.
-        pattern: String,
-        /// Why.
-        why: &'static str,
-    },
-    /// Another child holds the name.
-    #[error("name `{0}` is already bound to another actor")]
-    Taken(String),
-}
 
 /// A change in the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,7 +236,7 @@ impl Registry {
 
     fn notify(&self, event: RegistryEvent) {
         tracing::trace!(?event, "registry");
-        self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner()).retain(|tx| tx.send(event.clone()).is_ok());
+        lock(&self.inner.watchers).retain(|tx| tx.send(event.clone()).is_ok());
     }
 
     /// Binds `name` to `child`. Binding a name again to the same child is a no-op; binding it to another
@@ -271,7 +249,7 @@ impl Registry {
             dashmap::Entry::Vacant(v) => {
                 // The index is updated while the map entry is held, so bind/unbind of one name serialise.
                 let segs: Vec<&str> = name.split('/').collect();
-                self.inner.index.write().unwrap_or_else(|p| p.into_inner()).insert(&segs, child.clone());
+                write(&self.inner.index).insert(&segs, child.clone());
                 v.insert(child);
             }
         }
@@ -284,7 +262,7 @@ impl Registry {
         let removed = self.inner.names.remove_if(name, |_, bound| bound.same_child(child)).is_some();
         if removed {
             let segs: Vec<&str> = name.split('/').collect();
-            self.inner.index.write().unwrap_or_else(|p| p.into_inner()).remove(&segs);
+            write(&self.inner.index).remove(&segs);
             self.notify(RegistryEvent::Unregistered(name.to_string()));
         }
     }
@@ -311,7 +289,7 @@ impl Registry {
         let segs = parse_pattern(pattern)?;
         let mut found = Vec::new();
         let mut visits = 0;
-        let index = self.inner.index.read().unwrap_or_else(|p| p.into_inner());
+        let index = read(&self.inner.index);
         index.collect(&segs, &mut String::with_capacity(64), &mut found, &mut visits);
         drop(index);
         // Segment order is not name order (`a-c` < `a/b`), and `**` can reach a name by two ways.
@@ -323,7 +301,7 @@ impl Registry {
     /// Every registry change from now on.
     pub fn watch(&self) -> mpsc::UnboundedReceiver<RegistryEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        lock(&self.inner.watchers).push(tx);
         rx
     }
 

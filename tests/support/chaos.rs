@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ringvisor::app::chaos::ChaosSummary;
 use ringvisor::device::{DeviceConfig, DeviceError};
 use ringvisor::faults::{ChaosSchedule, InjectedFault};
 use ringvisor::prelude::*;
@@ -58,22 +59,23 @@ fn rss_bytes() -> u64 {
 }
 
 impl ChaosReport {
-    /// The summary table.
+    /// The summary table: the command's chaos summary (faults, restarts, escalations, dead letters,
+    /// convergence), then what this harness adds (calls, slots, memory).
     pub fn table(&self) -> String {
-        let mut t = String::from("| measure | value |\n|---|---|\n");
-        for (k, v) in &self.faults {
-            t += &format!("| faults: {k} | {v} |\n");
-        }
-        t += &format!(
-            "| GPU children | {} |\n| restarts | {} |\n| escalations | {} |\n| device restarts | {} |\n",
-            self.gpu_children, self.restarts, self.escalations, self.device_restarts
-        );
+        let summary = ChaosSummary {
+            faults: self.faults.clone(),
+            restarts: self.restarts,
+            escalations: self.escalations,
+            dead_letters: self.dead_letters.clone(),
+            converged: self.converged,
+            not_running: self.not_running.clone(),
+        };
+        let mut t = summary.table();
+        t += &format!("| GPU children | {} |\n| device restarts | {} |\n", self.gpu_children, self.device_restarts);
         t += &format!(
             "| calls handed | {} |\n| answered | {} |\n| undelivered (dead letter) | {} |\n| target gone (dead letter) | {} |\n| inbox full (dead letter) | {} |\n| device lost (dead letter) | {} |\n| timed out | {} |\n",
             self.handed, self.answered, self.undelivered, self.gone, self.inbox_full, self.device_lost, self.timeouts
         );
-        t += &format!("| dead letters | {} |\n", self.dead_letters);
-        t += &format!("| converged after the last fault | {:?} |\n", self.converged);
         t += &format!(
             "| free slots before / after (quarantined at the end) | {} / {} ({}) |\n",
             self.free_slots_before, self.free_slots_after, self.quarantined_after

@@ -80,10 +80,31 @@ fn next_attempt(starts: &Starts, id: &str) -> u32 {
     *n
 }
 
-fn start_fails(kv: &HashMap<String, String>, attempt: u32) -> bool {
-    let listed = kv.get("fail_starts").is_some_and(|l| l.split(',').any(|x| x.parse::<u32>().ok() == Some(attempt)));
-    let from = kv.get("fail_from").and_then(|f| f.parse::<u32>().ok()).is_some_and(|f| attempt >= f);
-    listed || from
+/// How a start attempt of a child ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    Starts,
+    /// Listed in `fail_starts`: one of finitely many failures.
+    Fails,
+    /// At or past `fail_from`: one turn of a restart loop that only an admin call ends.
+    FailsForever,
+}
+
+/// A restart loop's failed attempt takes at least this long. OTP's own loop made 161 attempts during
+/// `admin_errors`; unpaced, a release build makes hundreds of thousands a second and reaches the scenario's
+/// intensity (1,000,000 in 5 s) before the admin calls finish. Paced, the loop cannot exceed 1,000 attempts a
+/// second however fast the machine runs it, so the trace (runs of `start_fail` lines collapse in `normalise`)
+/// no longer depends on the build profile.
+const LOOP_ATTEMPT_FLOOR: Duration = Duration::from_millis(1);
+
+fn attempt(kv: &HashMap<String, String>, n: u32) -> Attempt {
+    let listed = kv.get("fail_starts").is_some_and(|l| l.split(',').any(|x| x.parse::<u32>().ok() == Some(n)));
+    let from = kv.get("fail_from").and_then(|f| f.parse::<u32>().ok()).is_some_and(|f| n >= f);
+    match (listed, from) {
+        (_, true) => Attempt::FailsForever,
+        (true, false) => Attempt::Fails,
+        (false, false) => Attempt::Starts,
+    }
 }
 
 /// The host worker: exits with the reason it is told to; optionally ignores graceful shutdown.
@@ -148,7 +169,12 @@ fn child_spec(id: &str, kvs: &HashMap<String, String>, mode: Mode, starts: &Star
         let (starts, kvs2, id2) = (starts.clone(), kvs.clone(), id.to_string());
         let gpu = GpuChild::new("test").init_with(move |_| {
             let mut init = POISON.to_le_bytes().to_vec();
-            if start_fails(&kvs2, next_attempt(&starts, &id2)) {
+            let outcome = attempt(&kvs2, next_attempt(&starts, &id2));
+            if outcome == Attempt::FailsForever {
+                // init bytes are computed on the supervisor's task: pacing here paces the loop
+                std::thread::sleep(LOOP_ATTEMPT_FLOOR);
+            }
+            if outcome != Attempt::Starts {
                 init.extend_from_slice(&INIT_FAILS.to_le_bytes());
             }
             init
@@ -157,9 +183,12 @@ fn child_spec(id: &str, kvs: &HashMap<String, String>, mode: Mode, starts: &Star
     } else {
         let (starts, kvs2, id2) = (starts.clone(), kvs.clone(), id.to_string());
         ChildSpec::actor(id, move |ctx: StartContext| {
-            let fail = start_fails(&kvs2, next_attempt(&starts, &id2));
+            let outcome = attempt(&kvs2, next_attempt(&starts, &id2));
             async move {
-                if fail {
+                if outcome == Attempt::FailsForever {
+                    tokio::time::sleep(LOOP_ATTEMPT_FLOOR).await;
+                }
+                if outcome != Attempt::Starts {
                     return Err("start_failed".to_string());
                 }
                 ctx.spawn_linked(TestWorker, hang).await

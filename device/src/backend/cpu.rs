@@ -8,12 +8,14 @@
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.
 
-use super::{DirtySet, Executor, HostRegion};
+use super::{DirtySet, Executor};
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use crate::sync::lock;
+use crate::wait::{IdleBackoff, Parker};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,76 +42,6 @@ impl Default for CpuConfig {
             budget: 64,
             spin_sweeps: 64,
             park_max: Duration::from_millis(10),
-        }
-    }
-}
-
-/// Wakes parked threads without losing a wake-up that races with parking.
-pub(crate) struct Parker {
-    epoch: AtomicU64,
-    sleepers: AtomicU32,
-    lock: Mutex<()>,
-    cond: Condvar,
-}
-
-impl Parker {
-    pub(crate) fn new() -> Self {
-        Self { epoch: AtomicU64::new(0), sleepers: AtomicU32::new(0), lock: Mutex::new(()), cond: Condvar::new() }
-    }
-
-    /// The current epoch; pass it to [`Parker::park`].
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-
-    /// Sleeps up to `timeout` unless [`Parker::wake`] was called since `seen` was read.
-    pub(crate) fn park(&self, seen: u64, timeout: Duration) {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        if self.epoch.load(Ordering::SeqCst) == seen {
-            let _ = self.cond.wait_timeout(guard, timeout);
-        }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    pub(crate) fn wake(&self) {
-        self.epoch.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.cond.notify_all();
-        }
-    }
-}
-
-/// Adaptive backoff: spin, then yield, then park with a growing timeout.
-pub(crate) struct Backoff {
-    idle: u32,
-    spin: u32,
-    park_max: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self { idle: 0, spin, park_max }
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.idle = 0;
-    }
-
-    /// One idle round; `seen` is the parker epoch read before the round's work.
-    pub(crate) fn idle(&mut self, parker: &Parker, seen: u64) {
-        self.idle = self.idle.saturating_add(1);
-        if self.idle <= self.spin {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-        } else if self.idle <= self.spin * 2 {
-            std::thread::yield_now();
-        } else {
-            let shift = (self.idle - self.spin * 2).min(16);
-            let timeout = Duration::from_micros(50u64 << shift).min(self.park_max);
-            parker.park(seen, timeout);
         }
     }
 }
@@ -221,7 +153,7 @@ fn release(flag: &AtomicU32) {
 
 fn worker(s: &CpuShared, index: usize) {
     let groups = s.group_claims.len();
-    let mut backoff = Backoff::new(s.config.spin_sweeps, s.config.park_max);
+    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max);
     let mut start = index * groups / s.config.workers.max(1);
     let view = s.view.0 as *const RvGridView;
     while !s.terminate.load(Ordering::Acquire) {
@@ -282,7 +214,7 @@ impl Executor for CpuExecutor {
     fn shutdown(&self) {
         self.shared.terminate.store(true, Ordering::Release);
         self.shared.parker.wake();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
@@ -301,5 +233,126 @@ impl Executor for CpuExecutor {
 impl Drop for CpuExecutor {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Memory from the host allocator, zeroed and page aligned (the CPU backend's regions).
+pub(crate) struct HostRegion {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the region is plain memory; concurrent access follows the protocol described in shared.rs.
+unsafe impl Send for HostRegion {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegion {}
+
+impl HostRegion {
+    pub(crate) fn zeroed(bytes: u64) -> Result<Self, DeviceError> {
+        let size = usize::try_from(bytes.max(64))
+            .map_err(|_| DeviceError::InvalidConfig(format!("region of {bytes} bytes is too large")))?;
+        let layout = std::alloc::Layout::from_size_align(size, 4096)
+            .map_err(|e| DeviceError::InvalidConfig(format!("region of {bytes} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(DeviceError::InvalidConfig(format!("could not allocate {bytes} bytes")));
+        }
+        Ok(Self { ptr, layout })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for HostRegion {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::behaviour::BehaviourSet;
+    use crate::shared::SharedGrid;
+
+    /// The host build of the protocol over fresh regions, with no worker: the test steps block 0 itself.
+    struct HandStepped {
+        view: *mut RvGridView,
+        grid: SharedGrid,
+        _regions: (HostRegion, HostRegion),
+        _table: Box<[Option<BehaviourFn>]>,
+    }
+
+    impl HandStepped {
+        fn new(slots: u32) -> Self {
+            let params = RawGridParams {
+                slot_count: slots,
+                inbox_capacity: 4,
+                outbox_capacity: 4,
+                k2k_capacity: 2,
+                command_capacity: 1024,
+                event_capacity: 4096,
+                state_bytes: 64,
+            };
+            let header = super::super::compute_layout(&params).unwrap();
+            let shared = HostRegion::zeroed(header.shared_bytes).unwrap();
+            let local = HostRegion::zeroed(header.local_bytes).unwrap();
+            let table = BehaviourSet::builtins().host_table();
+            // SAFETY: the region is at least as large as the header and page aligned.
+            unsafe { std::ptr::write(shared.as_ptr() as *mut RawGridHeader, header) };
+            // SAFETY: the regions are laid out for `header`; they and the table outlive the view (fields of Self).
+            let view = unsafe { ffi::rv_cpu_grid_new(shared.as_ptr(), local.as_ptr(), table.as_ptr()) };
+            assert!(!view.is_null());
+            // SAFETY: the header was written above; the region lives as long as `grid` (both in Self).
+            let grid = unsafe { SharedGrid::new(shared.as_ptr()) };
+            Self { view, grid, _regions: (shared, local), _table: table }
+        }
+
+        fn step_block0(&self) {
+            // SAFETY: the view is valid and no other thread runs block 0.
+            unsafe { ffi::rv_supervisor_step(self.view) };
+        }
+    }
+
+    impl Drop for HandStepped {
+        fn drop(&mut self) {
+            // SAFETY: created by rv_cpu_grid_new, freed once.
+            unsafe { ffi::rv_cpu_grid_free(self.view) }
+        }
+    }
+
+    #[test]
+    fn block0_carries_out_a_bounded_number_of_commands_per_step_and_beats_after_each() {
+        let d = HandStepped::new(100);
+        for slot in 0..100u32 {
+            let cmd = RawCommand {
+                op: RV_OP_CREATE,
+                slot,
+                expected_generation: 0,
+                behaviour: 1, // echo
+                cmd_id: u64::from(slot) + 1,
+                inbox_index: 0,
+                init_len: 0,
+                init: [0; RV_INIT_BYTES as usize],
+            };
+            d.grid.write_command(slot, &cmd);
+        }
+        d.grid.publish_command_tail(100);
+        let per_step = RV_COMMANDS_PER_STEP;
+        for step in 1..=3u32 {
+            d.step_block0();
+            let (heartbeat, processed, events) = d.grid.block0_counters();
+            assert_eq!(d.grid.command_head(), step * per_step, "at most {per_step} commands per step");
+            assert_eq!(processed, u64::from(step * per_step));
+            assert_eq!(events, u64::from(step * per_step), "one event per command");
+            // one beat per step, and one after every command
+            assert_eq!(heartbeat, u64::from(step * (1 + per_step)));
+        }
+        d.step_block0();
+        assert_eq!(d.grid.command_head(), 100, "the rest in the next step");
     }
 }

@@ -4,6 +4,9 @@
 pub mod cpu;
 pub mod cuda;
 
+use std::sync::Arc;
+
+use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use crate::layout::{RawGridHeader, RawGridParams};
 
@@ -52,6 +55,22 @@ impl Default for Backend {
     fn default() -> Self {
         Backend::from_env().unwrap_or_else(|_| Backend::Cpu(cpu::CpuConfig::default()))
     }
+}
+
+/// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
+/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot).
+pub(crate) fn start(
+    backend: &Backend,
+    header: RawGridHeader,
+    behaviours: &BehaviourSet,
+    wake_host: Arc<dyn Fn() + Send + Sync>,
+) -> Result<Box<dyn Executor>, DeviceError> {
+    Ok(match backend {
+        Backend::Cpu(config) => {
+            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host)?)
+        }
+        Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
+    })
 }
 
 /// What the device layer needs from an executor.
@@ -120,42 +139,5 @@ impl DirtySet {
             }
         }
         n
-    }
-}
-
-/// Memory from the host allocator, zeroed and page aligned (the CPU backend's regions).
-pub(crate) struct HostRegion {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-// SAFETY: the region is plain memory; concurrent access follows the protocol described in shared.rs.
-unsafe impl Send for HostRegion {}
-// SAFETY: as above.
-unsafe impl Sync for HostRegion {}
-
-impl HostRegion {
-    pub(crate) fn zeroed(bytes: u64) -> Result<Self, DeviceError> {
-        let size = usize::try_from(bytes.max(64))
-            .map_err(|_| DeviceError::InvalidConfig(format!("region of {bytes} bytes is too large")))?;
-        let layout = std::alloc::Layout::from_size_align(size, 4096)
-            .map_err(|e| DeviceError::InvalidConfig(format!("region of {bytes} bytes: {e}")))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(DeviceError::InvalidConfig(format!("could not allocate {bytes} bytes")));
-        }
-        Ok(Self { ptr, layout })
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-}
-
-impl Drop for HostRegion {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
 }

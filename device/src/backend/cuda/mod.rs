@@ -287,7 +287,7 @@ impl Executor for CudaExecutor {
                 std::sync::atomic::Ordering::Release,
             )
         };
-        if let Some(t) = self.launcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(t) = crate::sync::lock(&self.launcher).take() {
             // A kernel that does not leave (a block stuck in a behaviour, a lost device) must not hang the host:
             // wait a bounded time, then abandon it (and its memory, see Drop).
             let deadline = std::time::Instant::now() + KERNEL_EXIT_WAIT;

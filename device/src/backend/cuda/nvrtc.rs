@@ -30,6 +30,21 @@ fn check(rc: sys::nvrtcResult, what: &str) -> Result<(), DeviceError> {
     }
 }
 
+/// The real architectures (`sm_XX`, as `XX`: 70, 80, 90, ...) the installed NVRTC compiles for. Newer NVRTC
+/// releases drop old architectures (CUDA 13's has no sm_70), so a caller that targets a list checks it here.
+pub fn supported_archs() -> Result<Vec<u32>, DeviceError> {
+    if !available() {
+        return Err(DeviceError::BackendUnavailable("the NVRTC library (libnvrtc.so) was not found".into()));
+    }
+    let mut count = 0i32;
+    // SAFETY: writes one int.
+    check(unsafe { sys::nvrtcGetNumSupportedArchs(&mut count) }, "supported architectures")?;
+    let mut archs = vec![0i32; count.max(0) as usize];
+    // SAFETY: the buffer holds the `count` ints NVRTC reported.
+    check(unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }, "supported architectures")?;
+    Ok(archs.into_iter().filter_map(|a| u32::try_from(a).ok()).collect())
+}
+
 /// Compiles `source` for compute capability `major.minor` (at least 7.0: the protocol uses `__nanosleep` and
 /// acquire/release PTX).
 pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output) -> Result<Vec<u8>, DeviceError> {

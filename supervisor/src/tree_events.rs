@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::policy::ChildType;
 use crate::reason::ExitReason;
-use crate::spec::ChildType;
+use crate::sync::lock;
 
 /// One lifecycle step of a supervision tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,12 +96,12 @@ impl TreeEvents {
     /// Every event from now on.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<TreeEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        lock(&self.subscribers).push(tx);
         rx
     }
 
     pub(crate) fn emit(&self, event: TreeEvent) {
-        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut subs = lock(&self.subscribers);
         // Sending under the lock keeps one order across supervisors; closed subscribers are pruned.
         subs.retain(|tx| tx.send(event.clone()).is_ok());
     }

@@ -6,27 +6,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor_device::{BehaviourId, Device, DeviceError, DeviceEvent, DeviceHealth, EventKind, SlotState};
+use ringvisor_device::{BehaviourId, Device, DeviceError, DeviceHealth, EventKind, SlotState, UNRESPONSIVE_AFTER};
 
-use crate::events::TreeEvent;
-use crate::handle::{ChildShared, GpuShared};
+use super::quarantine::{is_wedged, move_off_quarantined};
+use super::slots::SlotMsg;
+use crate::handle::ChildShared;
 use crate::reason::stop_reason;
-use crate::services::Services;
-
-/// Messages of a slot actor: the device events of its slot, and the watchdog's ticks.
-#[derive(Debug)]
-pub enum SlotMsg {
-    /// A device event for the slot, routed by the services' event hook.
-    Device(DeviceEvent),
-    /// Time to check the slot's heartbeat.
-    Watchdog,
-}
+use crate::tree_events::TreeEvents;
 
 pub(crate) struct SlotActor;
 
 pub(crate) struct SlotArgs {
     pub(crate) shared: Arc<ChildShared>,
-    pub(crate) services: Services,
+    pub(crate) events: TreeEvents,
     pub(crate) behaviour: BehaviourId,
     pub(crate) init: Vec<u8>,
     pub(crate) start_timeout: Duration,
@@ -52,9 +44,6 @@ struct Watchdog {
 
 /// Wait between attempts to submit a command while another is in flight on the slot.
 const POLL: Duration = Duration::from_millis(1);
-/// Block 0's heartbeat stale this long (or half a child's heartbeat timeout, if shorter): the executor as a
-/// whole is stalled, and the watchdog blames no slot.
-const DEVICE_STALLED: Duration = Duration::from_millis(50);
 /// Longest wait for a slot event before a stopping slot actor re-reads the slot's state.
 const DRAIN_RECHECK: Duration = Duration::from_millis(20);
 
@@ -64,7 +53,7 @@ impl Actor for SlotActor {
     type Arguments = SlotArgs;
 
     async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
-        let gpu = args.shared.gpu.as_ref().ok_or("not a GPU child")?;
+        let gpu = args.shared.gpu_actor.as_ref().ok_or("not a GPU child")?;
         let slots = gpu.slots.clone();
         let device = slots.device.clone();
         let deadline = Instant::now() + args.start_timeout;
@@ -73,7 +62,7 @@ impl Actor for SlotActor {
         let mut slot = gpu.slot();
         let generation = loop {
             if device.is_quarantined(slot) {
-                slot = move_off_quarantined(&args, slot)?;
+                slot = move_off_quarantined(&args.shared, &args.events, slot)?;
             }
             // Attach first: a failure right after creation must reach this actor.
             slots.attach(slot, myself.clone());
@@ -134,7 +123,7 @@ impl Actor for SlotActor {
         if let Some(ticker) = state.watchdog.as_mut().and_then(|w| w.ticker.take()) {
             ticker.abort();
         }
-        let Some(gpu) = state.shared.gpu.as_ref() else { return Ok(()) };
+        let Some(gpu) = state.shared.gpu_actor.as_ref() else { return Ok(()) };
         gpu.slots.detach(state.slot, &myself);
         // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
         // the wait with the child's shutdown spec (and kills the slot if it runs out).
@@ -164,17 +153,6 @@ impl Actor for SlotActor {
             }
         }
     }
-}
-
-/// Moves the child off quarantined slot `from` to a free slot of the same device, and reports it.
-fn move_off_quarantined(args: &SlotArgs, from: u32) -> Result<u32, String> {
-    let gpu = args.shared.gpu.as_ref().ok_or("not a GPU child")?;
-    let to = gpu.slots.relocate(from);
-    args.services.events().emit(TreeEvent::SlotQuarantined { child: args.shared.id.clone(), slot: from, to });
-    let to = to.ok_or_else(|| format!("slot {from} is quarantined and no free slot is left to move to"))?;
-    tracing::warn!(child = %args.shared.id, from, to, "GPU child moved off a quarantined slot");
-    gpu.move_to(to);
-    Ok(to)
 }
 
 /// Creates (or re-creates) the device actor in `slot` and waits until it is Active; returns its generation.
@@ -213,26 +191,19 @@ async fn bring_up(
     }
 }
 
-/// The slot's actor is stuck: still running, its heartbeat where it was, while the device itself answers.
-fn is_wedged(device: &Device, slot: u32, heartbeat: u64) -> bool {
-    device.health() == DeviceHealth::Running
-        && device
-            .snapshot(slot)
-            .is_ok_and(|s| s.heartbeat == heartbeat && matches!(s.state, SlotState::Active | SlotState::Draining))
-}
-
 impl SlotActorState {
     /// Fails the actor if its device actor is hung: the heartbeat has not moved for the timeout while
     /// messages wait in its inbox. (Its supervisor then restarts it; a device actor that does not
     /// acknowledge that restart is wedged and its slot quarantined, see `bring_up`.) While the whole
     /// device is unresponsive no slot is blamed: that is the device's watchdog's call.
     fn check_heartbeat(&mut self) -> Result<(), ActorProcessingErr> {
-        let Some(gpu) = self.shared.gpu.as_ref() else { return Ok(()) };
+        let Some(gpu) = self.shared.gpu_actor.as_ref() else { return Ok(()) };
         let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
         let device = gpu.device();
         // Block 0 stalled too: the whole executor is (an injected stall, a device being lost), not this slot.
-        // (An unresponsive device has a stale heartbeat by definition; a lost one is named.)
-        let device_stalled = device.heartbeat_age() >= DEVICE_STALLED.min(w.timeout / 2);
+        // The device layer's bound, or half this child's timeout if shorter, so a stall is seen before the
+        // child would be blamed.
+        let device_stalled = device.heartbeat_age() >= UNRESPONSIVE_AFTER.min(w.timeout / 2);
         if device_stalled || device.health() == DeviceHealth::Lost {
             w.since = Instant::now();
             w.ended_since = None;
@@ -272,23 +243,5 @@ impl SlotActorState {
             self.shared.id, self.slot
         )
         .into())
-    }
-}
-
-/// After a GPU child's slot actor has exited (however it exited): a device actor still running (its slot
-/// actor was killed) is killed so it stops consuming messages.
-pub(crate) fn stop_orphaned_slot(gpu: &GpuShared) {
-    let (device, slot) = (gpu.device(), gpu.slot());
-    if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = device.host_view(slot) {
-        let _ = device.kill(slot);
-    }
-}
-
-/// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
-/// letters (a restart would have kept the ones sent after the failure).
-pub(crate) fn retire_slot(gpu: &GpuShared) {
-    let (device, slot) = (gpu.device(), gpu.slot());
-    if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
-        let _ = device.kill(slot);
     }
 }

@@ -1,0 +1,110 @@
+//! How a device is sized and which executor runs it.
+
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::behaviour::BehaviourSet;
+use crate::layout::RawGridParams;
+
+pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(3);
+
+/// Sizes and backend of a device.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// Actor slots.
+    pub slots: u32,
+    /// Envelopes per host-to-actor inbox (power of two).
+    pub inbox_capacity: u32,
+    /// Envelopes per actor-to-host outbox (power of two).
+    pub outbox_capacity: u32,
+    /// Envelopes per kernel-to-kernel inbox (power of two).
+    pub k2k_capacity: u32,
+    /// Records in the command ring (power of two).
+    pub command_capacity: u32,
+    /// Records in the event ring (power of two).
+    pub event_capacity: u32,
+    /// Bytes of state per actor (multiple of 64).
+    pub state_bytes: u32,
+    /// The behaviours the device knows.
+    pub behaviours: BehaviourSet,
+    /// The executor.
+    pub backend: Backend,
+    /// How long a command waits for room in the command ring.
+    pub command_timeout: Duration,
+    /// Block 0's heartbeat stale this long = the device is lost (see [`Device::health`]); `None`: never
+    /// declared lost.
+    pub lost_after: Option<Duration>,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            slots: 64,
+            inbox_capacity: 64,
+            outbox_capacity: 64,
+            k2k_capacity: 16,
+            command_capacity: 1024,
+            event_capacity: 4096,
+            state_bytes: 1024,
+            behaviours: BehaviourSet::builtins(),
+            backend: Backend::default(),
+            command_timeout: Duration::from_secs(5),
+            lost_after: Some(DEFAULT_LOST_AFTER),
+        }
+    }
+}
+
+impl DeviceConfig {
+    /// Sets the number of slots.
+    pub fn slots(mut self, slots: u32) -> Self {
+        self.slots = slots;
+        self
+    }
+    /// Sets the inbox capacity.
+    pub fn inbox_capacity(mut self, n: u32) -> Self {
+        self.inbox_capacity = n;
+        self
+    }
+    /// Sets the outbox capacity.
+    pub fn outbox_capacity(mut self, n: u32) -> Self {
+        self.outbox_capacity = n;
+        self
+    }
+    /// Sets the kernel-to-kernel inbox capacity.
+    pub fn k2k_capacity(mut self, n: u32) -> Self {
+        self.k2k_capacity = n;
+        self
+    }
+    /// Sets the state bytes per actor.
+    pub fn state_bytes(mut self, n: u32) -> Self {
+        self.state_bytes = n;
+        self
+    }
+    /// Sets the behaviours.
+    pub fn behaviours(mut self, set: BehaviourSet) -> Self {
+        self.behaviours = set;
+        self
+    }
+    /// Sets the backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+    /// Sets how long block 0's heartbeat may stay stale before the device is declared lost.
+    pub fn lost_after(mut self, after: Option<Duration>) -> Self {
+        self.lost_after = after;
+        self
+    }
+
+    pub(super) fn params(&self) -> RawGridParams {
+        RawGridParams {
+            slot_count: self.slots,
+            inbox_capacity: self.inbox_capacity,
+            outbox_capacity: self.outbox_capacity,
+            k2k_capacity: self.k2k_capacity,
+            command_capacity: self.command_capacity,
+            event_capacity: self.event_capacity,
+            state_bytes: self.state_bytes,
+        }
+    }
+}

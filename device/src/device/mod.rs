@@ -1,0 +1,244 @@
+//! The safe device API: open a device, command its slots, send messages, receive replies and events.
+//!
+//! ```no_run
+//! use ringvisor_device::{Device, DeviceConfig};
+//! use std::time::Duration;
+//!
+//! let device = Device::open(DeviceConfig::default().slots(16))?;
+//! device.create(0, "counter", &0i64.to_le_bytes())?.wait_blocking(Duration::from_secs(1))?;
+//! let reply = device.call(0, &5i64.to_le_bytes(), Duration::from_secs(1))?;
+//! let total = i64::from_le_bytes(reply.payload()?[..8].try_into().unwrap());
+//! assert_eq!(total, 5);
+//! # Ok::<(), ringvisor_device::DeviceError>(())
+//! ```
+//!
+//! Every method is callable from sync code; the waits also have async forms ([`PendingCommand::wait`],
+//! [`Device::call_async`], [`Stream::recv`]). A host thread (the *poller*, `poll.rs`) reads the event ring and
+//! the outboxes and routes what it finds: command outcomes to their [`PendingCommand`], replies to
+//! [`Device::call`] waiters or to [`Device::replies`], and every event to the subscribers of
+//! [`Device::subscribe`].
+//!
+//! ## No message is lost silently
+//! Every message written to an inbox is, exactly once: processed (and answered, unless sent with
+//! [`Device::send`]), or handed back as [`Undelivered`](crate::Undelivered) in the
+//! [`SlotEvent`](crate::SlotEvent) of the kill, restart or failure that made it undeliverable
+//! (`accounting.rs`). Messages that cannot be written (full inbox past the deadline, slot not accepting,
+//! payload too large) are refused with an error before anything is written.
+//!
+//! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
+//! calls), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
+//! injection), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back), `poll.rs`
+//! (the poller).
+
+mod accounting;
+mod commands;
+mod config;
+mod faults;
+mod health;
+mod messages;
+mod poll;
+mod snapshot;
+mod subscribers;
+
+pub use commands::{CommandRequest, PendingCommand};
+pub use config::DeviceConfig;
+pub use faults::{DeviceFault, Fault};
+pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
+pub use snapshot::{DeviceStats, SlotSnapshot};
+pub use subscribers::EventHook;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accounting::SlotHost;
+use commands::CommandWaiter;
+use messages::CallWaiter;
+use poll::PollState;
+use subscribers::Subscriber;
+
+use crate::backend::{self, Backend, Executor};
+use crate::behaviour::BehaviourSet;
+use crate::codes::SlotState;
+use crate::error::DeviceError;
+use crate::message::Reply;
+use crate::shared::SharedGrid;
+use crate::sync::Stream;
+use crate::wait::Parker;
+
+pub(crate) struct DeviceInner {
+    grid: SharedGrid,
+    executor: Box<dyn Executor>,
+    behaviours: BehaviourSet,
+    slots: Box<[Mutex<SlotHost>]>,
+    command_tail: Mutex<u32>,
+    command_timeout: Duration,
+    next_cmd_id: AtomicU64,
+    next_correlation: AtomicU64,
+    commands: Mutex<HashMap<u64, CommandWaiter>>,
+    calls: Mutex<HashMap<u64, CallWaiter>>,
+    replies: Stream<Reply>,
+    subscribers: Mutex<Vec<Subscriber>>,
+    poller_parker: Arc<Parker>,
+    /// The poller's read positions. The poller thread holds the lock while it polls; a thread waiting for
+    /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
+    poll: Mutex<PollState>,
+    closed: AtomicBool,
+    /// Declared lost (implies `closed`).
+    lost: AtomicBool,
+    /// The device-wide fault bits the host has set (`RV_DEVICE_*`).
+    device_faults: AtomicU32,
+    lost_after: Option<Duration>,
+    opened: Instant,
+    /// When block 0's heartbeat was last seen moving, nanoseconds after `opened`.
+    last_beat_ns: AtomicU64,
+    counters: Counters,
+}
+
+/// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped or on
+/// [`Device::shutdown`].
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+impl Device {
+    /// Opens a device: lays out the regions, starts the executor and the poller.
+    pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {
+        // A misspelt RINGVISOR_BACKEND must not pass unnoticed (the default fell back to the CPU backend).
+        Backend::from_env()?;
+        let header = backend::compute_layout(&config.params())?;
+        let poller_parker = Arc::new(Parker::new());
+        let wake_poller = {
+            let p = poller_parker.clone();
+            Arc::new(move || p.wake()) as Arc<dyn Fn() + Send + Sync>
+        };
+        let executor = backend::start(&config.backend, header, &config.behaviours, wake_poller)?;
+        // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
+        // alive for as long as it lives; DeviceInner owns the executor.
+        let grid = unsafe { SharedGrid::new(executor.shared_base()) };
+        let slots = (0..config.slots)
+            .map(|_| {
+                Mutex::new(SlotHost {
+                    tail: 0,
+                    cached_head: 0,
+                    generation: 0,
+                    state: SlotState::Dormant,
+                    accepting: false,
+                    pending: None,
+                    reported_until: 0,
+                    poison_reported: None,
+                    failed_tail: None,
+                    fault_flags: 0,
+                    fault_seq: 0,
+                    quarantined: false,
+                })
+            })
+            .collect();
+        tracing::info!(slots = config.slots, backend = %executor.describe(), "device open");
+        let inner = Arc::new(DeviceInner {
+            grid,
+            executor,
+            behaviours: config.behaviours.clone(),
+            slots,
+            command_tail: Mutex::new(0),
+            command_timeout: config.command_timeout,
+            next_cmd_id: AtomicU64::new(1),
+            next_correlation: AtomicU64::new(1),
+            commands: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::new()),
+            replies: Stream::new(),
+            subscribers: Mutex::new(Vec::new()),
+            poller_parker,
+            poll: Mutex::new(PollState {
+                sweep: Vec::new(),
+                outbox_heads: vec![0; config.slots as usize],
+                event_head: 0,
+                heartbeat: 0,
+                next_beat_check: Duration::ZERO,
+            }),
+            closed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            device_faults: AtomicU32::new(0),
+            lost_after: config.lost_after,
+            opened: Instant::now(),
+            last_beat_ns: AtomicU64::new(0),
+            counters: Counters::default(),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("ringvisor-poller".into())
+            .spawn(move || poll::poller(weak))
+            .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the poller thread: {e}")))?;
+        Ok(Device { inner })
+    }
+
+    /// Whether `other` is a handle on this same device (not merely one configured alike).
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Slots on this device.
+    pub fn slot_count(&self) -> u32 {
+        self.inner.grid.slot_count()
+    }
+
+    /// Envelopes per inbox.
+    pub fn inbox_capacity(&self) -> u32 {
+        self.inner.grid.config().inbox_capacity
+    }
+
+    /// The behaviours this device knows.
+    pub fn behaviours(&self) -> &BehaviourSet {
+        &self.inner.behaviours
+    }
+
+    /// The executor, in words.
+    pub fn describe(&self) -> String {
+        self.inner.executor.describe()
+    }
+
+    /// Bytes of the two device regions: shared with the host (control blocks, rings, commands, events) and
+    /// device-local (kernel-to-kernel rings, actor state, block-0 records).
+    pub fn region_bytes(&self) -> (u64, u64) {
+        let c = self.inner.grid.config();
+        (c.shared_bytes, c.local_bytes)
+    }
+
+    fn check_slot(&self, slot: u32) -> Result<(), DeviceError> {
+        if slot >= self.slot_count() {
+            return Err(DeviceError::SlotOutOfRange { slot, slot_count: self.slot_count() });
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<(), DeviceError> {
+        self.inner.check_open()
+    }
+}
+
+impl DeviceInner {
+    fn check_open(&self) -> Result<(), DeviceError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(if self.lost.load(Ordering::Acquire) { DeviceError::DeviceLost } else { DeviceError::Closed });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    replies: AtomicU64,
+    error_replies: AtomicU64,
+    left_in_inbox: AtomicU64,
+    in_flight: AtomicU64,
+    events: AtomicU64,
+}

@@ -1,0 +1,148 @@
+//! The poller: one host thread per device reads the event ring and the outboxes and routes what it finds
+//! (command outcomes to their waiters, replies to calls or [`Device::replies`], events to subscribers). A
+//! thread waiting for an answer polls in its place for a short while, so the answer does not wait for the
+//! poller thread to wake.
+
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use super::DeviceInner;
+use crate::message::{Envelope, Reply};
+use crate::sync::{lock, Completion};
+use crate::wait::IdleBackoff;
+
+/// Where the host has read the event ring and each outbox up to.
+pub(super) struct PollState {
+    pub(super) sweep: Vec<u32>,
+    pub(super) outbox_heads: Vec<u32>,
+    pub(super) event_head: u32,
+    /// Block 0's heartbeat as last seen.
+    pub(super) heartbeat: u64,
+    /// When to look at block 0's heartbeat next (time since the device opened).
+    pub(super) next_beat_check: Duration,
+}
+
+/// How long a thread waiting for a reply polls the device itself before it sleeps.
+pub(super) const ASSIST_SPIN: Duration = Duration::from_micros(50);
+
+/// The poller thread: reads events and outboxes until the device is dropped or shut down.
+pub(super) fn poller(device: Weak<DeviceInner>) {
+    let mut backoff = IdleBackoff::new(256, Duration::from_millis(2));
+    let parker = match device.upgrade() {
+        Some(d) => d.poller_parker.clone(),
+        None => return,
+    };
+    loop {
+        let seen = parker.epoch();
+        let work = {
+            let Some(d) = device.upgrade() else { return };
+            if d.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let mut st = lock(&d.poll);
+            let st = &mut *st;
+            let work = d.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+            if d.watch_heartbeat(st) {
+                return;
+            }
+            work
+        };
+        if work {
+            backoff.reset();
+        } else {
+            backoff.idle(&parker, seen);
+        }
+    }
+}
+
+impl DeviceInner {
+    /// Polls the device in the poller's place for a short while (an answer through a running kernel usually
+    /// comes within it), so the answer does not wait for the poller thread to wake.
+    pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
+        let until = (Instant::now() + ASSIST_SPIN).min(deadline);
+        loop {
+            if let Some(out) = completion.try_take() {
+                return Some(out);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            self.poll_assist();
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
+    pub(super) fn poll_assist(&self) {
+        if let Ok(mut st) = self.poll.try_lock() {
+            let st = &mut *st;
+            self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        }
+    }
+
+    /// Reads events and outboxes once. Returns true if it found anything.
+    pub(super) fn poll_once(&self, sweep: &mut Vec<u32>, outbox_heads: &mut [u32], event_head: &mut u32) -> bool {
+        let mut work = false;
+        sweep.clear();
+        let tail = self.grid.event_tail();
+        while *event_head != tail {
+            let raw = self.grid.read_event(*event_head);
+            *event_head = event_head.wrapping_add(1);
+            self.grid.release_events(*event_head);
+            self.apply_event(&raw);
+            // block 0 may have answered discarded kernel-to-kernel messages in this slot's outbox
+            if raw.slot < self.grid.slot_count() {
+                sweep.push(raw.slot);
+            }
+            work = true;
+        }
+        match self.executor.dirty_slots() {
+            Some(dirty) => {
+                dirty.drain(|s| sweep.push(s));
+            }
+            None => sweep.extend(0..self.grid.slot_count()),
+        }
+        for &slot in sweep.iter() {
+            work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize]);
+        }
+        work
+    }
+
+    pub(super) fn drain_outbox(&self, slot: u32, head: &mut u32) -> bool {
+        let tail = self.grid.outbox_tail(slot);
+        let available = tail.wrapping_sub(*head);
+        if available == 0 {
+            return false;
+        }
+        let capacity = self.grid.config().outbox_capacity;
+        if available > capacity {
+            tracing::error!(slot, head = *head, tail, "impossible outbox tail from the device; ignoring it");
+            return false;
+        }
+        while *head != tail {
+            let raw = self.grid.read_outbox(slot, *head);
+            *head = head.wrapping_add(1);
+            self.grid.release_outbox(slot, *head);
+            self.route_reply(slot, Envelope::from_raw(&raw));
+        }
+        self.executor.wake();
+        true
+    }
+
+    pub(super) fn route_reply(&self, slot: u32, env: Envelope) {
+        self.counters.replies.fetch_add(1, Ordering::Relaxed);
+        let reply = Reply::from_envelope(slot, env);
+        if reply.is_error() {
+            self.counters.error_replies.fetch_add(1, Ordering::Relaxed);
+        }
+        let waiter = lock(&self.calls).remove(&reply.correlation);
+        match waiter {
+            Some(w) => w.complete(match reply.payload() {
+                Err(e) => Err(e),
+                Ok(_) => Ok(reply),
+            }),
+            None => self.replies.push(reply),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! GPU children, from the supervision side: each is a slot actor (ractor) over one device slot.
+//!
+//! - `slots.rs`: one device as the tree sees it (slot pool, who listens to each slot, event routing);
+//! - `pool.rs`: free and quarantined slots;
+//! - `slot_actor.rs`: the slot actor (bring-up, drain on stop, failure, the hung-actor watchdog);
+//! - `claim.rs`: a child's hold on its slot (take, start an incarnation, clean up, give back);
+//! - `quarantine.rs`: a wedged actor, from stuck to moved (the whole sequence in its module doc);
+//! - `event_faults.rs`: dropped or delayed device events, for fault-injection tests.
+
+pub(crate) mod claim;
+mod event_faults;
+mod pool;
+pub(crate) mod quarantine;
+mod slot_actor;
+pub(crate) mod slots;
+
+pub use event_faults::EventFault;
+pub use slots::SlotMsg;

@@ -1,0 +1,116 @@
+//! The supervisor's child table: one record per child spec, in start order (ractor keeps children in a hash
+//! map; OTP's start order and reverse-order shutdown need this list). A record's run state and what its
+//! handles see change together, through [`Child::set_run`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::ActorCell;
+
+use super::SupervisorState;
+use crate::error::SupervisorError;
+use crate::gpu::claim::{release_slot, retire_slot, take_slot};
+use crate::handle::{ChildRef, ChildShared};
+use crate::registry::RegistryError;
+use crate::spec::{ChildSpec, ChildStart};
+use crate::status::{ChildStatus, Run, RunState};
+
+/// One child: its spec, its current incarnation, and the state its handles share.
+pub(super) struct Child {
+    pub(super) spec: ChildSpec,
+    pub(super) run: Run,
+    pub(super) shared: Arc<ChildShared>,
+    /// Start attempts so far (the first start is attempt 1).
+    pub(super) attempts: u32,
+    /// Arguments of a dynamic start.
+    pub(super) args: Vec<u8>,
+    pub(super) started_at: Option<Instant>,
+    /// Consecutive restarts, for backoff.
+    pub(super) consecutive: u32,
+}
+
+impl Child {
+    pub(super) fn running(&self) -> Option<&ActorCell> {
+        self.run.cell()
+    }
+
+    pub(super) fn handle(&self) -> ChildRef {
+        ChildRef { shared: self.shared.clone() }
+    }
+
+    /// Moves the child to `run` and its handles to `status`, together: a running child's handles see it
+    /// `Running` (and get the messages parked meanwhile); otherwise they see `status` (`Restarting` keeps
+    /// parked messages for the next incarnation, `Stopped` and `Gone` make them dead letters).
+    pub(super) fn set_run(&mut self, run: Run, status: ChildStatus) {
+        match &run {
+            Run::Running(cell) => {
+                debug_assert_eq!(status, ChildStatus::Running);
+                self.shared.set_running(cell.clone());
+            }
+            Run::Restarting | Run::Undefined => self.shared.set_down(status),
+        }
+        self.run = run;
+    }
+
+    /// Takes the running incarnation's actor out of the record (it is being stopped, or has exited); what
+    /// the handles see is set by the decision that follows.
+    pub(super) fn take_running(&mut self) -> Option<ActorCell> {
+        match std::mem::replace(&mut self.run, Run::Undefined) {
+            Run::Running(cell) => Some(cell),
+            _ => None,
+        }
+    }
+}
+
+impl SupervisorState {
+    pub(super) fn find(&self, id: &str) -> Option<usize> {
+        self.children.iter().position(|c| c.spec.id == id)
+    }
+
+    /// A child record for `spec`, with its slot taken for a GPU child.
+    pub(super) fn new_child(&self, spec: ChildSpec, args: Vec<u8>) -> Result<Child, SupervisorError> {
+        let target = spec.name.clone().unwrap_or_else(|| spec.id.clone());
+        let slot = match &spec.start {
+            ChildStart::Gpu(g) => Some(take_slot(&self.services, &spec.id, g, target)?),
+            _ => None,
+        };
+        if let Some(name) = spec.name.as_ref().filter(|n| self.services.registry().lookup(n).is_some()) {
+            if let Some((slots, slot)) = &slot {
+                release_slot(slots, *slot);
+            }
+            return Err(RegistryError::Taken(name.clone()).into());
+        }
+        let gpu = slot.map(|(slots, slot)| (slots, slot, self.services.dead_letters().clone()));
+        let shared = ChildShared::new(spec.id.clone(), spec.name.clone(), gpu);
+        Ok(Child { spec, run: Run::Undefined, shared, attempts: 0, args, started_at: None, consecutive: 0 })
+    }
+
+    /// Drops a child's spec for good: handles see `Gone`, its name and slot are released.
+    pub(super) fn retire(&self, child: Child) {
+        child.shared.set_down(ChildStatus::Gone);
+        if let Some(name) = &child.spec.name {
+            self.services.registry().unbind(name, &child.handle());
+        }
+        if let Some(gpu) = &child.shared.gpu_actor {
+            retire_slot(gpu);
+            release_slot(&gpu.slots, gpu.slot());
+        }
+    }
+
+    pub(super) fn remove_child(&mut self, idx: usize) {
+        let child = self.children.remove(idx);
+        self.retire(child);
+    }
+
+    /// The `ringvisor_children` gauges: children per run state.
+    pub(super) fn record_gauges(&self) {
+        let mut counts = [0usize; 3];
+        for c in &self.children {
+            counts[c.run.state() as usize] += 1;
+        }
+        for (state, n) in [RunState::Running, RunState::Restarting, RunState::Undefined].iter().zip(counts) {
+            metrics::gauge!("ringvisor_children", "supervisor" => self.id.clone(), "state" => state.label())
+                .set(n as f64);
+        }
+    }
+}

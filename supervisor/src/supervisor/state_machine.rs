@@ -1,0 +1,308 @@
+//! The decisions of OTP's `supervisor.erl`, one function each and named as there: start the children in order
+//! (`start_children`, `do_start_child`), stop them in reverse order by their shutdown specs
+//! (`terminate_children`, `do_terminate`), react to a child's exit (`restart_child`, `do_restart`), count a
+//! restart against intensity and restart by strategy (`restart`), retry a failed restart through the mailbox
+//! (`try_again_restart`), forget a child that is not restarted (`del_child`), and shut down on escalation or
+//! when significant children ended (`shutdown`, `do_auto_shutdown`). Beyond OTP: restart backoff
+//! (`backoff_delay`).
+
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorCell, ActorRef};
+
+use super::client::{Msg, SupervisorMsg};
+use super::{Outcome, Supervisor, SupervisorArgs, SupervisorState};
+use crate::child::{spawn_error, StartContext};
+use crate::gpu::claim::{retire_slot, start_incarnation, stop_orphaned_slot};
+use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
+use crate::reason::{stop_reason, ExitReason};
+use crate::spec::ChildStart;
+use crate::status::{ChildStatus, Run};
+use crate::tree_events::TreeEvent;
+
+impl SupervisorState {
+    pub(super) fn emit(&self, event: TreeEvent) {
+        self.services.events().emit(event);
+    }
+
+    /// `do_start_child`: starts one incarnation of child `idx`.
+    pub(super) async fn do_start_child(&mut self, myself: &ActorRef<SupervisorMsg>, idx: usize) -> Result<(), String> {
+        let services = self.services.clone();
+        let sup_cell = myself.get_cell();
+        let child = &mut self.children[idx];
+        child.attempts += 1;
+        let attempt = child.attempts;
+        let id = child.spec.id.clone();
+        let started: Result<ActorCell, String> = match &child.spec.start {
+            ChildStart::Gpu(g) => {
+                let init = g.init_for(attempt, &child.args);
+                start_incarnation(&child.shared, &services, g, init, sup_cell).await
+            }
+            ChildStart::Supervisor(spec) => {
+                let args = SupervisorArgs::nested(id.clone(), (**spec).clone(), services.clone());
+                Supervisor::spawn_linked(None, Supervisor, args, sup_cell)
+                    .await
+                    .map(|(r, _)| r.get_cell())
+                    .map_err(spawn_error)
+            }
+            ChildStart::Actor(factory) => {
+                let ctx =
+                    StartContext { supervisor: sup_cell, id: id.clone(), attempt, args: child.args.clone(), services };
+                factory.start(ctx).await
+            }
+        };
+        let child_type = child.spec.child_type();
+        match started {
+            Ok(cell) => {
+                child.set_run(Run::Running(cell), ChildStatus::Running);
+                child.started_at = Some(Instant::now());
+                if let Some(name) = child.spec.name.clone() {
+                    let handle = child.handle();
+                    let registry = self.services.registry();
+                    if registry.lookup(&name).is_some_and(|b| b.same_child(&handle)) {
+                        registry.rebound(&name);
+                    } else if let Err(e) = registry.bind(&name, handle) {
+                        tracing::warn!(supervisor = %self.id, child = %id, error = %e, "registry name not bound");
+                    }
+                }
+                tracing::info!(supervisor = %self.id, child = %id, attempt, "child started");
+                self.emit(TreeEvent::ChildStarted { supervisor: self.id.clone(), child: id, child_type });
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(supervisor = %self.id, child = %id, attempt, %error, "child failed to start");
+                self.emit(TreeEvent::ChildStartFailed {
+                    supervisor: self.id.clone(),
+                    child: id,
+                    child_type,
+                    error: error.clone(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    /// `start_children` over `from..`, in start order. On a failure the failed child is marked restarting
+    /// and its id returned (the caller queues a retry).
+    pub(super) async fn start_children(&mut self, myself: &ActorRef<SupervisorMsg>, from: usize) -> Result<(), String> {
+        for idx in from..self.children.len() {
+            if self.do_start_child(myself, idx).await.is_err() {
+                self.children[idx].set_run(Run::Restarting, ChildStatus::Restarting);
+                return Err(self.children[idx].spec.id.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// `do_terminate` / `shutdown`: stops a running child by its shutdown spec and reports the exit.
+    pub(super) async fn do_terminate(&mut self, idx: usize) {
+        let child = &mut self.children[idx];
+        let Some(cell) = child.take_running() else {
+            return;
+        };
+        let reason = shutdown_actor(&cell, child.spec.shutdown).await;
+        let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
+        if let Some(gpu) = &child.shared.gpu_actor {
+            stop_orphaned_slot(gpu);
+        }
+        tracing::info!(supervisor = %self.id, child = %id, reason = reason.label(), "child terminated");
+        self.emit(TreeEvent::ChildExited { supervisor: self.id.clone(), child: id, child_type, reason });
+    }
+
+    /// `terminate_children` over `from..`, in reverse start order: temporary children are dropped, the others
+    /// stay as specs (their handles wait for a restart).
+    pub(super) async fn terminate_children(&mut self, from: usize) {
+        let mut idx = self.children.len();
+        while idx > from {
+            idx -= 1;
+            self.do_terminate(idx).await;
+            if self.children[idx].spec.restart == Restart::Temporary {
+                self.remove_child(idx);
+            } else {
+                self.children[idx].shared.set_down(ChildStatus::Restarting);
+            }
+        }
+    }
+
+    /// Every child stopped in reverse start order, then dropped for good (a failed start of the supervisor,
+    /// or its own stop).
+    pub(super) async fn terminate_and_drop_children(&mut self) {
+        self.terminate_children(0).await;
+        for child in std::mem::take(&mut self.children) {
+            self.retire(child);
+        }
+    }
+
+    /// `restart_child/3`: child `idx` exited on its own; reports the exit, then [`Self::do_restart`].
+    pub(super) async fn restart_child(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        idx: usize,
+        reason: ExitReason,
+    ) -> Outcome {
+        let child = &mut self.children[idx];
+        child.take_running();
+        let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
+        if let Some(gpu) = &child.shared.gpu_actor {
+            stop_orphaned_slot(gpu);
+        }
+        tracing::info!(supervisor = %self.id, child = %id, reason = %reason, "child exited");
+        self.emit(TreeEvent::ChildExited {
+            supervisor: self.id.clone(),
+            child: id,
+            child_type,
+            reason: reason.clone(),
+        });
+        self.do_restart(myself, idx, reason).await
+    }
+
+    /// `do_restart`: by the child's restart type, restart it, or forget it (and maybe shut down, if it was
+    /// significant).
+    async fn do_restart(&mut self, myself: &ActorRef<SupervisorMsg>, idx: usize, reason: ExitReason) -> Outcome {
+        let child = &self.children[idx];
+        let restart = match child.spec.restart {
+            Restart::Permanent => true,
+            Restart::Transient => !reason.is_clean(),
+            Restart::Temporary => false,
+        };
+        if restart {
+            child.shared.set_down(ChildStatus::Restarting);
+            return self.restart(myself, idx, false).await;
+        }
+        let significant = child.spec.significant;
+        self.del_child(idx);
+        self.record_gauges();
+        if significant && self.do_auto_shutdown() {
+            tracing::info!(supervisor = %self.id, "significant child ended: auto shutdown");
+            self.emit(TreeEvent::AutoShutdown { supervisor: self.id.clone() });
+            return self.shutdown(myself);
+        }
+        Outcome::Continue
+    }
+
+    /// `restart/2`: counts the restart against intensity (escalating past it), then restarts by strategy.
+    /// With a backoff policy the restart first waits its delay.
+    pub(super) async fn restart(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        idx: usize,
+        after_backoff: bool,
+    ) -> Outcome {
+        let id = self.children[idx].spec.id.clone();
+        if !after_backoff {
+            if let Some(delay) = self.backoff_delay(idx) {
+                tracing::info!(supervisor = %self.id, child = %id, ?delay, "restart after backoff");
+                self.children[idx].set_run(Run::Restarting, ChildStatus::Restarting);
+                let msg = SupervisorMsg(Msg::Retry { id, after_backoff: true });
+                myself.send_after(delay, move || msg);
+                return Outcome::Continue;
+            }
+        }
+        if !self.intensity.add_restart(Instant::now()) {
+            tracing::error!(supervisor = %self.id, child = %id, "restart intensity reached: shutting down");
+            metrics::counter!("ringvisor_escalations_total", "supervisor" => self.id.clone()).increment(1);
+            self.emit(TreeEvent::IntensityReached { supervisor: self.id.clone() });
+            return self.shutdown(myself);
+        }
+        metrics::counter!("ringvisor_restarts_total", "supervisor" => self.id.clone(), "child" => id.clone(),
+            "strategy" => self.strategy.label())
+        .increment(1);
+        self.emit(TreeEvent::Restarting { supervisor: self.id.clone(), child: id.clone() });
+        let result = match self.strategy {
+            Strategy::OneForOne | Strategy::SimpleOneForOne => match self.do_start_child(myself, idx).await {
+                Ok(()) => Ok(()),
+                Err(_) => {
+                    self.children[idx].set_run(Run::Restarting, ChildStatus::Restarting);
+                    Err(id)
+                }
+            },
+            Strategy::RestForOne => {
+                self.terminate_children(idx + 1).await;
+                self.start_children(myself, idx).await
+            }
+            Strategy::OneForAll => {
+                // The exited child is not running; every other child is stopped, then all start again.
+                self.terminate_children(0).await;
+                self.start_children(myself, 0).await
+            }
+        };
+        if let Err(failed) = result {
+            self.try_again_restart(myself, failed);
+        }
+        self.record_gauges();
+        Outcome::Continue
+    }
+
+    /// `try_again_restart`: a failed restart is retried through the mailbox, so admin calls and exits queued
+    /// meanwhile are handled first.
+    fn try_again_restart(&self, myself: &ActorRef<SupervisorMsg>, id: String) {
+        let _ = myself.send_message(SupervisorMsg(Msg::Retry { id, after_backoff: false }));
+    }
+
+    /// The backoff delay before restarting child `idx`, if it has a backoff policy (beyond OTP).
+    fn backoff_delay(&mut self, idx: usize) -> Option<Duration> {
+        let child = &mut self.children[idx];
+        let backoff = child.spec.backoff?;
+        if child.started_at.is_some_and(|t| t.elapsed() >= backoff.reset_after) {
+            child.consecutive = 0;
+        }
+        child.consecutive += 1;
+        Some(backoff.delay(child.consecutive, rand::random::<f64>()))
+    }
+
+    /// `del_child`: a child that ended and is not restarted. Temporary and dynamic children are dropped; the
+    /// others keep their spec (their handles see `Stopped`), and a failed device actor is killed.
+    pub(super) fn del_child(&mut self, idx: usize) {
+        if self.children[idx].spec.restart == Restart::Temporary || self.strategy == Strategy::SimpleOneForOne {
+            self.remove_child(idx);
+            return;
+        }
+        let child = &mut self.children[idx];
+        child.set_run(Run::Undefined, ChildStatus::Stopped);
+        if let Some(gpu) = &child.shared.gpu_actor {
+            retire_slot(gpu);
+        }
+    }
+
+    /// `do_auto_shutdown`: whether significant children ending makes the supervisor shut down.
+    fn do_auto_shutdown(&self) -> bool {
+        match self.auto_shutdown {
+            AutoShutdown::Never => false,
+            AutoShutdown::AnySignificant => true,
+            AutoShutdown::AllSignificant => !self.children.iter().any(|c| c.spec.significant && c.running().is_some()),
+        }
+    }
+
+    /// The supervisor stops itself (intensity reached, or auto shutdown); its children stop in `post_stop`.
+    fn shutdown(&mut self, myself: &ActorRef<SupervisorMsg>) -> Outcome {
+        self.stopping = true;
+        self.exit_reason = ExitReason::Shutdown;
+        myself.stop(Some(stop_reason::SHUTDOWN.to_string()));
+        Outcome::Stop
+    }
+}
+
+/// Stops `cell` by `shutdown` and says how it ended: OTP's shutdown specs mapped onto ractor's stop (runs
+/// `post_stop`) and kill (does not).
+async fn shutdown_actor(cell: &ActorCell, shutdown: Shutdown) -> ExitReason {
+    match shutdown {
+        Shutdown::BrutalKill => {
+            let _ = cell.kill_and_wait(None).await;
+            ExitReason::Killed
+        }
+        Shutdown::Timeout(limit) => {
+            cell.stop(Some(stop_reason::SHUTDOWN.to_string()));
+            match cell.wait(Some(limit)).await {
+                Ok(()) => ExitReason::Shutdown,
+                Err(_) => {
+                    let _ = cell.kill_and_wait(None).await;
+                    ExitReason::Killed
+                }
+            }
+        }
+        Shutdown::Infinity => {
+            let _ = cell.stop_and_wait(Some(stop_reason::SHUTDOWN.to_string()), None).await;
+            ExitReason::Shutdown
+        }
+    }
+}

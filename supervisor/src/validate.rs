@@ -1,0 +1,80 @@
+//! Checks of a supervision spec, whether built in code or loaded from TOML: every problem is reported with
+//! its path (`root.children[2].name: ...`), never only the first.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::policy::{Restart, Strategy};
+use crate::registry::validate_name;
+use crate::spec::{ChildSpec, ChildStart, SupervisorSpec};
+
+/// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
+pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
+    check_spec(spec, path, problems);
+    let mut names = HashMap::new();
+    collect_names(spec, path, &mut names, problems);
+}
+
+fn collect_names(spec: &SupervisorSpec, path: &str, seen: &mut HashMap<String, String>, problems: &mut Vec<String>) {
+    for (i, child) in spec.children.iter().enumerate() {
+        let child_path = format!("{path}.children[{i}]");
+        if let Some(name) = &child.name {
+            if spec.strategy != Strategy::SimpleOneForOne {
+                if let Some(first) = seen.insert(name.clone(), child_path.clone()) {
+                    problems.push(format!("{child_path}.name: \"{name}\" is also the name of {first}"));
+                }
+            }
+        }
+        if let ChildStart::Supervisor(nested) = &child.start {
+            collect_names(nested, &format!("{child_path}.supervisor"), seen, problems);
+        }
+    }
+}
+
+/// Checks one supervisor level and its children (recursively). Problems are `path: message`.
+pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
+    if spec.period.is_zero() {
+        problems.push(format!("{path}.period: must be positive"));
+    }
+    if spec.strategy == Strategy::SimpleOneForOne && spec.children.len() != 1 {
+        problems.push(format!(
+            "{path}.children: a simple_one_for_one supervisor needs exactly one child (the template), found {}",
+            spec.children.len()
+        ));
+    }
+    let mut ids = HashSet::new();
+    for (i, child) in spec.children.iter().enumerate() {
+        let child_path = format!("{path}.children[{i}]");
+        if !ids.insert(child.id.as_str()) {
+            problems.push(format!("{child_path}.id: duplicate id \"{}\"", child.id));
+        }
+        check_child(child, &child_path, problems);
+        if let ChildStart::Supervisor(nested) = &child.start {
+            check_spec(nested, &format!("{child_path}.supervisor"), problems);
+        }
+    }
+}
+
+/// Checks one child spec. Problems are `path: message`.
+pub(crate) fn check_child(child: &ChildSpec, path: &str, problems: &mut Vec<String>) {
+    if child.id.is_empty() {
+        problems.push(format!("{path}.id: must not be empty"));
+    }
+    if child.significant && child.restart == Restart::Permanent {
+        problems.push(format!("{path}.significant: a significant child cannot be permanent"));
+    }
+    if let Some(name) = &child.name {
+        if let Err(e) = validate_name(&name.replace("{id}", "id")) {
+            problems.push(format!("{path}.name: {e}"));
+        }
+    }
+    if let Some(b) = &child.backoff {
+        if b.initial.is_zero() || b.max < b.initial {
+            problems.push(format!("{path}.backoff: needs 0 < initial <= max"));
+        }
+    }
+    if let ChildStart::Gpu(g) = &child.start {
+        if g.behaviour().is_empty() {
+            problems.push(format!("{path}.gpu: behaviour name must not be empty"));
+        }
+    }
+}
