@@ -27,7 +27,7 @@
 #define RV_NO_INDEX 0xFFFFFFFFu
 #define RV_HOST_ENDPOINT 0xFFFFFFFFu
 #define RV_MAX_SENDS_PER_MESSAGE 4u
-#define RV_COMMANDS_PER_STEP 32u /* most commands block 0 carries out in one step (it beats after each) */
+#define RV_COMMANDS_PER_STEP 1024u /* most commands block 0 carries out in one step (it beats after each) */
 
 /* Lifecycle of a slot. */
 #define RV_STATE_DORMANT 0u

@@ -383,15 +383,15 @@ RV_FN void rv_ctx_next(rv_actor_ctx *ctx, const rv_envelope *msg, uint64_t now) 
     ctx->hlc = rv_hlc_next(ctx->hlc, msg->hlc, now);
 }
 
-/* Runs the current message through the behaviour, or fails it with `injected` (when not RV_OK). On RV_OK the
- * message is counted as processed, then what the behaviour staged is published: a reply the host has read
- * implies the count moved (the count is ordered before the outbox tail's release). Otherwise what it staged is
- * voided. Returns the behaviour's result. */
-RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx *ctx, int injected, uint32_t *out) {
+/* Runs the current message through the behaviour, or fails it with `injected` (when not RV_OK), and returns
+ * the result. On RV_OK the message is counted as processed and nothing is published yet: the caller consumes
+ * the message, then publishes what it staged (rv_finish_message(ctx, 1)), so a host that has read the reply
+ * sees the message counted and consumed (both are ordered before the outbox tail's release). Otherwise what
+ * the behaviour staged is voided here. */
+RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx *ctx, int injected) {
     int rc = injected != RV_OK ? injected : rv_dispatch(g, cb->behaviour, ctx, ctx->msg);
     if (rc == RV_OK) {
         rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
-        *out |= rv_finish_message(ctx, 1);
     } else {
         rv_finish_message(ctx, 0);
     }
@@ -460,7 +460,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         }
         if (cell->env.kind == RV_KIND_K2K) {
             rv_ctx_next(&ctx, &cell->env, now);
-            int rc = rv_actor_run(g, cb, &ctx, RV_OK, &out);
+            int rc = rv_actor_run(g, cb, &ctx, RV_OK);
             if (rc == RV_STALL) {
                 stalled = 1;
                 break;
@@ -480,8 +480,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
                 return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
             }
             cb->k2k_received += 1;
+            rv_k2k_release(g, meta, cell, khead);
+            out |= rv_finish_message(&ctx, 1);
+        } else {
+            rv_k2k_release(g, meta, cell, khead); /* a voided send: skipped */
         }
-        rv_k2k_release(g, meta, cell, khead);
         done += 1;
         if (rv_stall_requested(cb)) {
             stalled = 1;
@@ -513,7 +516,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             cb->fault_ack = fault_seq;
             injected = RV_ERR_INJECTED;
         }
-        int rc = rv_actor_run(g, cb, &ctx, injected, &out);
+        int rc = rv_actor_run(g, cb, &ctx, injected);
         if (rc == RV_STALL) {
             stalled = 1;
             break;
@@ -525,6 +528,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         }
         head += 1;
         rv_store_release_u32(&cb->inbox_head, head);
+        out |= rv_finish_message(&ctx, 1);
         done += 1;
         /* A stall requested by this message takes effect at once. */
         if (rv_stall_requested(cb)) {

@@ -21,7 +21,7 @@ for line in sys.stdin:
 ' | while read -r exe name; do
   keep=1
   if [ $# -gt 0 ]; then keep=0; for f in "$@"; do [[ $name == *$f* ]] && keep=1; done; fi
-  [ $keep = 1 ] && cp "$exe" "$dest/bin/test-$name"
+  if [ $keep = 1 ]; then cp "$exe" "$dest/bin/test-$name"; fi
 done
 strip "$dest"/bin/*
 tar -cJf "$dest/gpu-pack.tar.xz" -C "$dest" bin

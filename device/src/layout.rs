@@ -29,7 +29,7 @@ pub const RV_HOST_ENDPOINT: u32 = 0xFFFF_FFFF;
 /// Most kernel-to-kernel sends one message may stage.
 pub const RV_MAX_SENDS_PER_MESSAGE: u32 = 4;
 /// Most commands block 0 carries out in one step (its heartbeat moves after each).
-pub const RV_COMMANDS_PER_STEP: u32 = 32;
+pub const RV_COMMANDS_PER_STEP: u32 = 1024;
 
 /// Slot lifecycle states.
 pub const RV_STATE_DORMANT: u32 = 0;

@@ -103,9 +103,13 @@ fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
     d.inject(0, Fault::Stall).unwrap();
     let before: Vec<u64> = (0..4).map(|_| d.send(0, &1i64.to_le_bytes()).unwrap()).collect();
+    let commands = d.stats().commands_processed;
     let pending = d.restart(0, "counter", &[]).unwrap();
     // sent while the restart is in flight: waits for the new incarnation
     let during = d.post(0, &100i64.to_le_bytes(), T).unwrap();
+    // The stall ends only once block 0 has asked the actor to stop (an actor acknowledges that even while
+    // stalled): otherwise the unstalled actor may rightly process the queued messages first, as a GPU does.
+    eventually("block 0 carried out the restart command", || d.stats().commands_processed > commands);
     d.inject(0, Fault::ClearStall).unwrap();
     let r = pending.wait_blocking(T).unwrap();
     let back: Vec<u64> = r.undelivered.iter().map(|u| u.envelope.correlation).collect();

@@ -294,7 +294,7 @@ mod tests {
                 inbox_capacity: 4,
                 outbox_capacity: 4,
                 k2k_capacity: 2,
-                command_capacity: 1024,
+                command_capacity: 4096,
                 event_capacity: 4096,
                 state_bytes: 64,
             };
@@ -327,8 +327,9 @@ mod tests {
 
     #[test]
     fn block0_carries_out_a_bounded_number_of_commands_per_step_and_beats_after_each() {
-        let d = HandStepped::new(100);
-        for slot in 0..100u32 {
+        const COMMANDS: u32 = 2500;
+        let d = HandStepped::new(COMMANDS);
+        for slot in 0..COMMANDS {
             let cmd = RawCommand {
                 op: RV_OP_CREATE,
                 slot,
@@ -341,9 +342,9 @@ mod tests {
             };
             d.grid.write_command(slot, &cmd);
         }
-        d.grid.publish_command_tail(100);
+        d.grid.publish_command_tail(COMMANDS);
         let per_step = RV_COMMANDS_PER_STEP;
-        for step in 1..=3u32 {
+        for step in 1..=COMMANDS / per_step {
             d.step_block0();
             let (heartbeat, processed, events) = d.grid.block0_counters();
             assert_eq!(d.grid.command_head(), step * per_step, "at most {per_step} commands per step");
@@ -353,6 +354,6 @@ mod tests {
             assert_eq!(heartbeat, u64::from(step * (1 + per_step)));
         }
         d.step_block0();
-        assert_eq!(d.grid.command_head(), 100, "the rest in the next step");
+        assert_eq!(d.grid.command_head(), COMMANDS, "the rest in the next step");
     }
 }

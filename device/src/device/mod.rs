@@ -67,6 +67,8 @@ use crate::shared::SharedGrid;
 use crate::sync::Stream;
 use crate::wait::Parker;
 
+/// What every handle of one device shares: the regions (through the executor), the host's per-slot state, the
+/// waiters, the subscribers and the poller's positions. Its methods live in the file of their job.
 pub(crate) struct DeviceInner {
     grid: SharedGrid,
     executor: Box<dyn Executor>,
