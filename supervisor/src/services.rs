@@ -141,7 +141,7 @@ impl Services {
     pub fn inject_event_fault(&self, name: &str, fault: EventFault, duration: Duration) -> bool {
         match self.registry().lookup(name).and_then(|c| c.gpu()) {
             Some(actor) => {
-                actor.device_slots().inject_event_fault(actor.slot(), fault, duration);
+                actor.device_slots().event_faults.inject(actor.slot(), fault, duration);
                 true
             }
             None => false,

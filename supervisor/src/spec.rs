@@ -220,17 +220,6 @@ impl SupervisorSpec {
             }
         }
     }
-
-    /// Checks what a spec built in code can get wrong; the TOML loader reports the same errors with paths.
-    pub fn validate(&self) -> Result<(), crate::SupervisorError> {
-        let mut problems = Vec::new();
-        crate::validate::check_tree(self, "supervisor", &mut problems);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(crate::SupervisorError::InvalidSpec(problems.join("; ")))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,23 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::error::SupervisorError;
 use crate::policy::{Restart, Strategy};
 use crate::registry::validate_name;
 use crate::spec::{ChildSpec, ChildStart, SupervisorSpec};
+
+impl SupervisorSpec {
+    /// Checks what a spec built in code can get wrong; the TOML loader reports the same errors with paths.
+    pub fn validate(&self) -> Result<(), SupervisorError> {
+        let mut problems = Vec::new();
+        check_tree(self, "supervisor", &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SupervisorError::InvalidSpec(problems.join("; ")))
+        }
+    }
+}
 
 /// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
 pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {

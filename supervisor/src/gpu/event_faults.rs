@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::slots::DeviceSlots;
+use dashmap::DashMap;
 
 /// A fault on the path of a slot's device events to its slot actor (dead-letter accounting is not
 /// affected: only what the supervision layer learns, and when).
@@ -16,9 +16,25 @@ pub enum EventFault {
     Delay(Duration),
 }
 
-impl DeviceSlots {
+/// The event faults in force, per slot, each until its end.
+#[derive(Default)]
+pub(crate) struct EventFaults {
+    by_slot: DashMap<u32, (EventFault, Instant)>,
+}
+
+impl EventFaults {
     /// Applies `fault` to `slot`'s events for `duration`.
-    pub(crate) fn inject_event_fault(&self, slot: u32, fault: EventFault, duration: Duration) {
-        self.event_faults.insert(slot, (fault, Instant::now() + duration));
+    pub(crate) fn inject(&self, slot: u32, fault: EventFault, duration: Duration) {
+        self.by_slot.insert(slot, (fault, Instant::now() + duration));
+    }
+
+    /// The fault in force on `slot`'s events now, if any (one that has ended is forgotten).
+    pub(crate) fn in_force(&self, slot: u32) -> Option<EventFault> {
+        let (fault, until) = *self.by_slot.get(&slot)?.value();
+        if Instant::now() >= until {
+            self.by_slot.remove(&slot);
+            return None;
+        }
+        Some(fault)
     }
 }

@@ -4,13 +4,12 @@
 //! device's event path (`Device::on_event`): no thread of its own, no hand-off.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use dashmap::DashMap;
 use ractor::ActorRef;
 use ringvisor_device::{Device, DeviceEvent, EventHook, SlotEvent};
 
-use super::event_faults::EventFault;
+use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 
@@ -37,7 +36,7 @@ pub(crate) struct DeviceSlots {
     pub(crate) pool: SlotPool,
     pub(super) bindings: DashMap<u32, SlotBinding>,
     /// Injected faults on the path from the device to slot actors (tests only).
-    pub(super) event_faults: DashMap<u32, (EventFault, Instant)>,
+    pub(crate) event_faults: EventFaults,
     /// The device event hook (kept alive here; the device holds it weakly).
     _hook: Arc<EventHook>,
 }
@@ -56,7 +55,7 @@ impl DeviceSlots {
             DeviceSlots {
                 pool: SlotPool::new(device.slot_count()),
                 bindings: DashMap::new(),
-                event_faults: DashMap::new(),
+                event_faults: EventFaults::default(),
                 device,
                 _hook: hook,
             }
@@ -106,16 +105,11 @@ impl DeviceSlots {
             );
         }
         let Some(actor) = actor else { return };
-        let fault = self.event_faults.get(&slot).map(|f| *f.value());
-        match fault {
-            Some((_, until)) if Instant::now() >= until => {
-                self.event_faults.remove(&slot);
-                let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
-            }
-            Some((EventFault::Drop, _)) => {
+        match self.event_faults.in_force(slot) {
+            Some(EventFault::Drop) => {
                 tracing::debug!(slot, kind = ?event.event.kind, "device event dropped (fault)")
             }
-            Some((EventFault::Delay(d), _)) => {
+            Some(EventFault::Delay(d)) => {
                 let ev = event.event.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(d);
