@@ -61,7 +61,7 @@ struct rv_actor_ctx {
 };
 
 #if RV_CUDA
-/* Generated per program by the host (device/src/cuda/source.rs): a switch over the registered behaviours. */
+/* Generated per program by the host (device/src/backend/cuda/source.rs): a switch over the registered behaviours. */
 __device__ int rv_dispatch_generated(uint32_t behaviour, rv_actor_ctx *ctx, const rv_envelope *msg);
 __device__ int rv_behaviour_known_generated(uint32_t behaviour);
 #endif

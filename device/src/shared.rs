@@ -109,7 +109,7 @@ impl SharedGrid {
     /// Reads back an inbox cell (a message the device did not consume).
     pub(crate) fn read_inbox(&self, slot: u32, index: u32) -> RawEnvelope {
         // SAFETY: the cell is in bounds; the device only reads inbox cells, and the host does not overwrite
-        // cells it has not yet reported (see the reclaim floor in device.rs).
+        // cells it has not yet reported (see the reclaim floor in device/accounting.rs).
         unsafe { std::ptr::read_volatile(self.inbox_cell(slot, index)) }
     }
 
