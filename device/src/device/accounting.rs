@@ -55,6 +55,26 @@ pub(super) struct SlotHost {
     pub(super) quarantined: bool,
 }
 
+impl SlotHost {
+    /// A slot never used.
+    pub(super) fn dormant() -> Self {
+        Self {
+            tail: 0,
+            cached_head: 0,
+            generation: 0,
+            state: SlotState::Dormant,
+            accepting: false,
+            pending: None,
+            reported_until: 0,
+            poison_reported: None,
+            failed_tail: None,
+            fault_flags: 0,
+            fault_seq: 0,
+            quarantined: false,
+        }
+    }
+}
+
 /// The lowest inbox index still in use: a restart's reclaim floor if one is pending, else the device's
 /// consumer index, read again only when the cached one leaves no room.
 pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, capacity: u32) -> u32 {

@@ -60,7 +60,6 @@ use subscribers::Subscriber;
 
 use crate::backend::{self, Backend, Executor};
 use crate::behaviour::BehaviourSet;
-use crate::codes::SlotState;
 use crate::error::DeviceError;
 use crate::message::Reply;
 use crate::shared::SharedGrid;
@@ -120,24 +119,7 @@ impl Device {
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
         // alive for as long as it lives; DeviceInner owns the executor.
         let grid = unsafe { SharedGrid::new(executor.shared_base()) };
-        let slots = (0..config.slots)
-            .map(|_| {
-                Mutex::new(SlotHost {
-                    tail: 0,
-                    cached_head: 0,
-                    generation: 0,
-                    state: SlotState::Dormant,
-                    accepting: false,
-                    pending: None,
-                    reported_until: 0,
-                    poison_reported: None,
-                    failed_tail: None,
-                    fault_flags: 0,
-                    fault_seq: 0,
-                    quarantined: false,
-                })
-            })
-            .collect();
+        let slots = (0..config.slots).map(|_| Mutex::new(SlotHost::dormant())).collect();
         tracing::info!(slots = config.slots, backend = %executor.describe(), "device open");
         let inner = Arc::new(DeviceInner {
             grid,
