@@ -32,7 +32,9 @@ typedef long long int64_t;
 #define RV_API extern "C" __device__
 #define RV_ALIGN(n) __align__(n)
 #define RV_STATIC_ASSERT(c, m) static_assert(c, m)
-#define RV_OFFSETOF(t, f) ((uint32_t)(unsigned long long)(&((t *)0)->f))
+/* A constant-expression offsetof for static_assert: NVRTC has no <stddef.h> and no __builtin_offsetof, and
+ * NVRTC 13 does not fold the null-pointer form; its front end's __INTADDR__ folds it (11.8 and 13 both). */
+#define RV_OFFSETOF(t, f) ((uint32_t)__INTADDR__(&((t *)0)->f))
 #else
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
-//! Every kernel source (protocol, built-in behaviours, the example user behaviour, the CUDA entry points)
+//! Every kernel source (protocol, built-in behaviours, the example user behaviour, the CUDA entry points, and
+//! the `static_assert`s of the host's layout, so NVRTC's view of every shared struct is checked too)
 //! compiles with NVRTC to CUBIN for sm_70, sm_80 and sm_90 (those of them the installed NVRTC supports: CUDA
 //! 11.8's, which CI installs, has all three; CUDA 13's has no sm_70). No GPU is needed, only the NVRTC library.
 //!
@@ -69,4 +70,16 @@ fn a_compile_error_is_reported_with_the_log() {
     let err =
         nvrtc::compile("__global__ void k() { undefined_thing(); }", "bad.cu", 8, 0, nvrtc::Output::Ptx).unwrap_err();
     assert!(err.to_string().contains("undefined_thing"), "{err}");
+}
+
+#[test]
+fn a_layout_that_differs_from_the_host_s_does_not_build() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    // The program carries the host compiler's layout as static_asserts: a planted disagreement must fail.
+    let planted = "static_assert(RV_OFFSETOF(rv_control_block, heartbeat) == 16ull, \"planted\");\n";
+    let program = cuda_source::program(&behaviours()).unwrap() + planted;
+    let err = nvrtc::compile(&program, "ringvisor.cu", 8, 0, nvrtc::Output::Ptx).unwrap_err();
+    assert!(err.to_string().contains("planted"), "{err}");
 }
