@@ -24,5 +24,8 @@ for line in sys.stdin:
   if [ $keep = 1 ]; then cp "$exe" "$dest/bin/test-$name"; fi
 done
 strip "$dest"/bin/*
+# Tests read their data through the absolute path they were built at (CARGO_MANIFEST_DIR): record it, so the
+# suite can put the repository there on the GPU machine.
+pwd > "$dest/bin/BUILD_ROOT"
 tar -cJf "$dest/gpu-pack.tar.xz" -C "$dest" bin
-ls -la "$dest/bin" "$dest/gpu-pack.tar.xz"
+ls -la "$dest/gpu-pack.tar.xz"
