@@ -10,13 +10,12 @@ fn main() {
     println!("cargo:rerun-if-changed={}", kernels.display());
     println!("cargo:kernels={}", kernels.display());
 
-    let mut build = ringvisor_build::kernel_compiler().unwrap_or_else(|e| panic!("{e}"));
+    let sanitizer = ringvisor_build::Sanitizer::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let mut build = ringvisor_build::kernel_compiler_with(sanitizer);
     build.file(kernels.join("host").join("rv_host.cpp")).extra_warnings(true).warnings_into_errors(true);
     // the sanitizer runtime, for every binary that links the kernel code
-    if let Some(sanitizer) = ringvisor_build::Sanitizer::from_env().unwrap_or_else(|e| panic!("{e}")) {
-        for lib in sanitizer.runtime_libs() {
-            println!("cargo:rustc-link-lib=dylib={lib}");
-        }
+    for lib in sanitizer.map_or(&[][..], |s| s.runtime_libs()) {
+        println!("cargo:rustc-link-lib=dylib={lib}");
     }
     build.compile("ringvisor_kernels");
 }

@@ -69,6 +69,11 @@ impl Sanitizer {
 /// A C++ compiler set up for ringvisor's kernel code as the CPU backend runs it: C++17, no exceptions or RTTI,
 /// warnings on, `-O2`, the device headers on the include path, and the sanitizer of [`SANITIZER_ENV`].
 pub fn kernel_compiler() -> Result<cc::Build, BuildError> {
+    Ok(kernel_compiler_with(Sanitizer::from_env()?))
+}
+
+/// [`kernel_compiler`] with the sanitizer given (for a build script that also needs it, to link its runtime).
+pub fn kernel_compiler_with(sanitizer: Option<Sanitizer>) -> cc::Build {
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -78,7 +83,7 @@ pub fn kernel_compiler() -> Result<cc::Build, BuildError> {
         .flag_if_supported("-fno-rtti")
         .warnings(true)
         .opt_level(2);
-    match Sanitizer::from_env()? {
+    match sanitizer {
         Some(Sanitizer::Thread) => {
             build.flag("-fsanitize=thread").flag("-g").flag("-fno-omit-frame-pointer");
         }
@@ -91,7 +96,7 @@ pub fn kernel_compiler() -> Result<cc::Build, BuildError> {
         }
         None => {}
     }
-    Ok(build)
+    build
 }
 
 /// Errors of [`Behaviours::compile`].

@@ -43,7 +43,11 @@ impl Backend {
     /// is an error.
     pub fn from_env() -> Result<Backend, DeviceError> {
         match std::env::var(BACKEND_ENV) {
-            Ok(name) => Backend::parse(&name).map_err(|e| DeviceError::InvalidConfig(format!("{BACKEND_ENV}: {e}"))),
+            Ok(name) => Backend::parse(&name).map_err(|_| {
+                DeviceError::InvalidConfig(format!(
+                    "{BACKEND_ENV}=`{name}` names no backend: expected `cpu`, `cuda` or `cuda-event`"
+                ))
+            }),
             Err(_) => Ok(Backend::Cpu(cpu::CpuConfig::default())),
         }
     }

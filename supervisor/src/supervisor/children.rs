@@ -86,8 +86,8 @@ impl SupervisorState {
     }
 
     /// Drops a child's spec for good: handles see `Gone`, its name and slot are released.
-    pub(super) fn retire(&self, child: Child) {
-        child.shared.set_down(ChildStatus::Gone);
+    pub(super) fn retire(&self, mut child: Child) {
+        child.set_run(Run::Undefined, ChildStatus::Gone);
         if let Some(name) = &child.spec.name {
             self.services.registry().unbind(name, &child.handle());
         }

@@ -119,7 +119,7 @@ impl SupervisorState {
             if self.children[idx].spec.restart == Restart::Temporary {
                 self.remove_child(idx);
             } else {
-                self.children[idx].shared.set_down(ChildStatus::Restarting);
+                self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
             }
         }
     }
@@ -159,14 +159,14 @@ impl SupervisorState {
     /// `do_restart`: by the child's restart type, restart it, or forget it (and maybe shut down, if it was
     /// significant).
     async fn do_restart(&mut self, myself: &ActorRef<SupervisorMsg>, idx: usize, reason: ExitReason) -> Outcome {
-        let child = &self.children[idx];
+        let child = &mut self.children[idx];
         let restart = match child.spec.restart {
             Restart::Permanent => true,
             Restart::Transient => !reason.is_clean(),
             Restart::Temporary => false,
         };
         if restart {
-            child.shared.set_down(ChildStatus::Restarting);
+            child.set_run(Run::Undefined, ChildStatus::Restarting);
             return self.restart(myself, idx, false).await;
         }
         let significant = child.spec.significant;
