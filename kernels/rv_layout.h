@@ -20,7 +20,7 @@
 #include "rv_port.h"
 
 #define RV_MAGIC 0x52564752u /* "RGVR" */
-#define RV_PROTOCOL_VERSION 1u
+#define RV_PROTOCOL_VERSION 2u
 #define RV_PAYLOAD_BYTES 96u
 #define RV_INIT_BYTES 96u
 #define RV_MAX_BEHAVIOURS 256u
@@ -221,7 +221,10 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint64_t off_k2k_meta;
     uint64_t off_k2k_cells;
     uint64_t off_state;
-    uint8_t config_reserved[56];
+    /* added to the device's raw clock to give host time (CLOCK_REALTIME, ns); the CUDA backend measures it
+     * before the kernel starts (%globaltimer has no defined epoch); 0 on the CPU backend. */
+    int64_t clock_offset_ns;
+    uint8_t config_reserved[48];
 
     /* line 3: host runtime flags. */
     uint32_t terminate;
@@ -232,7 +235,8 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint64_t supervisor_heartbeat;
     uint64_t commands_processed;
     uint64_t events_published;
-    uint8_t device_reserved[40];
+    uint32_t blocks_started; /* blocks of the persistent kernel that have entered it (the launch handshake) */
+    uint8_t device_reserved[36];
 
     /* lines 5-8: command ring and event ring indices, producer and consumer on separate lines. */
     uint32_t command_tail; /* host */
@@ -248,6 +252,12 @@ typedef struct RV_ALIGN(64) rv_grid_header {
 /* ---------------------------------------------------------------------------------------------------
  * LOCAL region records.
  * ------------------------------------------------------------------------------------------------- */
+
+/* The first 64 bytes of the local region: counters the blocks update with device-scope atomics. */
+typedef struct RV_ALIGN(64) rv_local_header {
+    uint32_t blocks_started; /* each block adds 1 when it enters the persistent kernel; block 0 publishes it */
+    uint8_t reserved[60];
+} rv_local_header;
 
 /* Block 0's private view of a slot. */
 typedef struct RV_ALIGN(64) rv_sv_record {
@@ -288,6 +298,7 @@ RV_STATIC_ASSERT(sizeof(rv_control_block) == 256, "control block is 256 bytes");
 RV_STATIC_ASSERT(sizeof(rv_command) == 128, "command is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_event) == 64, "event is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_grid_header) == 576, "grid header is 576 bytes");
+RV_STATIC_ASSERT(sizeof(rv_local_header) == 64, "local header is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_sv_record) == 192, "supervisor record is 192 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");

@@ -102,6 +102,12 @@ RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) {
     __threadfence();
     return old;
 }
+RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) {
+    __threadfence();
+    uint32_t old = atomicAdd(p, v);
+    __threadfence();
+    return old;
+}
 RV_FN void rv_fence(void) { __threadfence_system(); }
 RV_FN uint64_t rv_now_ns(void) {
     uint64_t t;
@@ -125,15 +131,24 @@ RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
 }
 RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL); }
 RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
+RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 RV_FN void rv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* The emulated CUDA driver runs kernel blocks on host threads and gives each a skewed clock, as a GPU's
+ * %globaltimer has an epoch of its own; 0 on every other thread. */
+static thread_local int64_t rv_host_clock_skew_ns = 0;
 RV_FN uint64_t rv_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return (uint64_t)((int64_t)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) + rv_host_clock_skew_ns);
 }
+/* Short pauses yield; longer ones sleep (only the emulated driver's kernel threads pause that long). */
 RV_FN void rv_pause(uint32_t ns) {
-    (void)ns;
-    sched_yield();
+    if (ns < 1000) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, (long)ns};
+    nanosleep(&ts, 0);
 }
 RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)__builtin_ctz(x); }
 #endif

@@ -34,6 +34,8 @@ typedef struct rv_grid_view {
     rv_k2k_meta *k2k_meta;
     rv_k2k_cell *k2k_cells;
     uint8_t *state;
+    rv_local_header *local_header;
+    int64_t clock_offset_ns; /* raw device clock + this = host time */
     uint32_t slot_count;
     uint32_t inbox_capacity;
     uint32_t outbox_capacity;
@@ -87,6 +89,9 @@ RV_FN int rv_dispatch(const rv_grid_view *g, uint32_t behaviour, rv_actor_ctx *c
 /* ------------------------------------------------------------------------------------------------
  * Addressing. Every index is masked; every slot index is checked by the caller.
  * ---------------------------------------------------------------------------------------------- */
+/* Host time (CLOCK_REALTIME ns) as the device sees it: its raw clock corrected by the offset the host measured. */
+RV_FN uint64_t rv_grid_now_ns(const rv_grid_view *g) { return (uint64_t)((int64_t)rv_now_ns() + g->clock_offset_ns); }
+
 RV_FN rv_envelope *rv_inbox_cell(const rv_grid_view *g, uint32_t slot, uint32_t index) {
     return g->inboxes + (uint64_t)slot * g->inbox_capacity + (index & (g->inbox_capacity - 1));
 }
@@ -166,7 +171,7 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     h->off_outboxes = off;
     off = rv_align_up(off + n * p->outbox_capacity * sizeof(rv_envelope), 64);
     h->shared_bytes = off;
-    off = 0;
+    off = sizeof(rv_local_header);
     h->off_sv_records = off;
     off = rv_align_up(off + n * sizeof(rv_sv_record), 64);
     h->off_attention = off;
@@ -198,6 +203,8 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->k2k_meta = (rv_k2k_meta *)(l + h->off_k2k_meta);
     v->k2k_cells = (rv_k2k_cell *)(l + h->off_k2k_cells);
     v->state = l + h->off_state;
+    v->local_header = (rv_local_header *)l;
+    v->clock_offset_ns = h->clock_offset_ns;
     v->slot_count = h->slot_count;
     v->inbox_capacity = h->inbox_capacity;
     v->outbox_capacity = h->outbox_capacity;
@@ -224,10 +231,7 @@ RV_API void *rv_state(rv_actor_ctx *ctx) { return rv_state_region(ctx->g, ctx->s
 RV_API uint32_t rv_state_bytes(rv_actor_ctx *ctx) { return ctx->g->state_bytes; }
 RV_API uint32_t rv_self(rv_actor_ctx *ctx) { return ctx->slot; }
 RV_API uint32_t rv_generation(rv_actor_ctx *ctx) { return ctx->generation; }
-RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) {
-    (void)ctx;
-    return rv_now_ns();
-}
+RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) { return rv_grid_now_ns(ctx->g); }
 
 RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, uint32_t len) {
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
@@ -316,7 +320,7 @@ RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *paylo
 
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
     if (ctx->init_phase) return;
-    rv_store_relaxed_u64(&ctx->cb->stall_until_ns, rv_now_ns() + ns);
+    rv_store_relaxed_u64(&ctx->cb->stall_until_ns, rv_grid_now_ns(ctx->g) + ns);
 }
 
 /* Publishes (ok) or voids (!ok) what the behaviour staged for the current message. */
@@ -428,7 +432,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     if (faults & RV_FAULT_STALL) return out;
     uint64_t stall_until = rv_load_relaxed_u64(&cb->stall_until_ns);
     if (stall_until != 0) {
-        if (rv_now_ns() < stall_until) return out;
+        if (rv_grid_now_ns(g) < stall_until) return out;
         rv_store_relaxed_u64(&cb->stall_until_ns, 0);
     }
 
@@ -445,7 +449,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
     }
     int stalled = 0;
-    uint64_t now = rv_now_ns();
+    uint64_t now = rv_grid_now_ns(g);
 
     /* Kernel-to-kernel inbox first: what other actors sent before the host's next message is seen first. */
     rv_k2k_meta *meta = &g->k2k_meta[slot];
@@ -575,7 +579,7 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
     e->failed_index = failed_index;
     e->k2k_dropped = k2k_dropped;
     e->cmd_id = cmd ? cmd->cmd_id : 0;
-    e->time_ns = rv_now_ns();
+    e->time_ns = rv_grid_now_ns(g);
     e->messages_processed = messages_processed;
     e->op = cmd ? cmd->op : RV_OP_NONE;
     e->reserved = 0;
@@ -660,7 +664,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     cb->bad_envelopes = 0;
     cb->stall_until_ns = 0;
     cb->fault_ack = rv_load_acquire_u32(&cb->fault_seq);
-    cb->hlc = rv_hlc_next(cb->hlc, 0, rv_now_ns());
+    cb->hlc = rv_hlc_next(cb->hlc, 0, rv_grid_now_ns(g));
     /* The new incarnation starts at the host's cutoff, or after what the old one already consumed (it may
      * have consumed messages sent after the host submitted the restart, before it saw the kill; those must
      * not be processed twice). A message it failed on was handed back to the host: skip it too. */

@@ -42,4 +42,17 @@ extern "C" {
     pub fn rv_cpu_release(flag: *mut u32);
     pub fn rv_builtin_behaviour(id: u32) -> Option<BehaviourFn>;
     pub fn rv_layout_report(count: *mut u32) -> *const LayoutEntry;
+    // The emulated CUDA driver's module: the CUDA entry points of kernels/cuda/rv_kernel.cu, one block per call.
+    pub fn rv_emu_init_block(shared: *mut u8, local: *mut u8, block: u32, blocks: u32, threads: u32);
+    pub fn rv_emu_persistent_block(
+        shared: *mut u8,
+        local: *mut u8,
+        table: *const Option<BehaviourFn>,
+        block: u32,
+        slots_per_block: u32,
+        budget: u32,
+        max_iterations: u64,
+        clock_skew_ns: i64,
+    );
+    pub fn rv_emu_clock(out: *mut u64, clock_skew_ns: i64);
 }

@@ -15,7 +15,7 @@ use core::mem::{align_of, offset_of, size_of};
 /// Magic number at the start of the grid header ("RGVR").
 pub const RV_MAGIC: u32 = 0x5256_4752;
 /// Version of the shared layout and protocol.
-pub const RV_PROTOCOL_VERSION: u32 = 1;
+pub const RV_PROTOCOL_VERSION: u32 = 2;
 /// Payload bytes in one envelope.
 pub const RV_PAYLOAD_BYTES: u32 = 96;
 /// Init bytes carried by a Create / Restart command.
@@ -227,14 +227,16 @@ pub struct RawGridHeader {
     pub off_k2k_meta: u64,
     pub off_k2k_cells: u64,
     pub off_state: u64,
-    pub config_reserved: [u8; 56],
+    pub clock_offset_ns: i64,
+    pub config_reserved: [u8; 48],
     pub terminate: u32,
     pub device_faults: u32,
     pub host_reserved: [u8; 56],
     pub supervisor_heartbeat: u64,
     pub commands_processed: u64,
     pub events_published: u64,
-    pub device_reserved: [u8; 40],
+    pub blocks_started: u32,
+    pub device_reserved: [u8; 36],
     pub command_tail: u32,
     pub pad4: [u8; 60],
     pub command_head: u32,
@@ -243,6 +245,14 @@ pub struct RawGridHeader {
     pub pad6: [u8; 60],
     pub event_head: u32,
     pub pad7: [u8; 60],
+}
+
+/// `rv_local_header`: the first 64 bytes of the local region.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct RawLocalHeader {
+    pub blocks_started: u32,
+    pub reserved: [u8; 60],
 }
 
 /// `rv_sv_record`: block 0's private record of a slot (local region).
@@ -295,6 +305,7 @@ const _: () = {
     assert!(size_of::<RawCommand>() == 128);
     assert!(size_of::<RawEvent>() == 64);
     assert!(size_of::<RawGridHeader>() == 576 && align_of::<RawGridHeader>() == 64);
+    assert!(size_of::<RawLocalHeader>() == 64);
     assert!(size_of::<RawSvRecord>() == 192);
     assert!(size_of::<RawK2kMeta>() == 128);
     assert!(size_of::<RawK2kCell>() == 144);

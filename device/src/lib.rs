@@ -30,8 +30,9 @@ mod sync;
 mod wait;
 
 pub use backend::cpu::CpuConfig;
+pub use backend::cuda::emulated::{EmulatedDriver, EmulatedGpu};
 pub use backend::cuda::{
-    driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaMode,
+    driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};

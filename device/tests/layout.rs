@@ -131,6 +131,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             off_k2k_meta,
             off_k2k_cells,
             off_state,
+            clock_offset_ns,
             config_reserved,
             terminate,
             device_faults,
@@ -138,6 +139,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             supervisor_heartbeat,
             commands_processed,
             events_published,
+            blocks_started,
             device_reserved,
             command_tail,
             pad4,
@@ -149,6 +151,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             pad7,
         ]
     );
+    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, reserved]);
     fields!(m, "rv_sv_record", RawSvRecord, [pending_op, reported_state, reserved, pending]);
     fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, pad0, head, pad1]);
     fields!(m, "rv_k2k_cell", RawK2kCell, [seq, reserved, env]);

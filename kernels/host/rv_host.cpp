@@ -5,7 +5,7 @@
  */
 #include <stdlib.h>
 
-#include "../rv_protocol.cu"
+#include "../rv_entry.cu"
 #include "../builtins.cu"
 
 extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
@@ -38,5 +38,33 @@ extern "C" void rv_cpu_grid_free(rv_grid_view *v) { free(v); }
  * the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */
 extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
 extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
+
+/* ---------------------------------------------------------------------------------------------------
+ * The emulated CUDA driver's "module": the CUDA entry points of cuda/rv_kernel.cu, one call per block, run on
+ * a host thread each. `table` is the host behaviour table (CUDA dispatches through a generated switch);
+ * `clock_skew_ns` gives the thread's device clock an epoch of its own, as %globaltimer has.
+ * ------------------------------------------------------------------------------------------------- */
+#define RV_EMULATED_MAX_BACKOFF_NS 200000u
+
+extern "C" void rv_emu_init_block(void *shared, void *local, uint32_t block, uint32_t blocks, uint32_t threads) {
+    rv_grid_view v;
+    if (rv_grid_view_init(&v, shared, local, 0) != RV_OK) return;
+    for (uint32_t t = 0; t < threads; ++t) rv_init_thread(&v, block * threads + t, blocks * threads);
+}
+
+extern "C" void rv_emu_persistent_block(void *shared, void *local, const rv_behaviour_fn *table, uint32_t block,
+                                        uint32_t slots_per_block, uint32_t budget, uint64_t max_iterations,
+                                        int64_t clock_skew_ns) {
+    rv_host_clock_skew_ns = clock_skew_ns;
+    rv_grid_view v;
+    if (rv_grid_view_init(&v, shared, local, table) != RV_OK) return;
+    rv_block_run(&v, block, slots_per_block, budget, max_iterations, RV_EMULATED_MAX_BACKOFF_NS);
+}
+
+extern "C" void rv_emu_clock(uint64_t *out, int64_t clock_skew_ns) {
+    rv_host_clock_skew_ns = clock_skew_ns;
+    rv_store_release_u64(out, rv_now_ns());
+    rv_host_clock_skew_ns = 0;
+}
 
 #include "rv_layout_report.inc"

@@ -19,11 +19,23 @@ pub enum Backend {
     Cuda(cuda::CudaConfig),
 }
 
-/// The environment variable that picks the default backend: `cpu`, `cuda` (persistent kernel) or
-/// `cuda-event` (event-driven kernel). Unset: `cpu`.
+/// The environment variable that picks the default backend: `cpu`, `cuda` (persistent kernel),
+/// `cuda-event` (event-driven kernel), or `cuda-emulated` (the CUDA backend over the emulated driver, for
+/// tests). Unset: `cpu`.
 pub const BACKEND_ENV: &str = "RINGVISOR_BACKEND";
 
+const BACKEND_NAMES: &str = "`cpu`, `cuda`, `cuda-event` or `cuda-emulated`";
+
 impl Backend {
+    /// The CUDA backend on a new emulated GPU (host threads run the host build of the kernels; the driver's
+    /// rules are enforced as errors). For tests: it executes the CUDA backend's host code without a GPU.
+    pub fn cuda_emulated(gpu: cuda::emulated::EmulatedGpu) -> Backend {
+        Backend::Cuda(cuda::CudaConfig {
+            driver: cuda::CudaDriver::Emulated(cuda::emulated::EmulatedDriver::new(gpu)),
+            ..cuda::CudaConfig::default()
+        })
+    }
+
     /// The backend named by `name` (`cpu`, `cuda`, `cuda-event`), with default settings.
     pub fn parse(name: &str) -> Result<Backend, DeviceError> {
         match name.trim() {
@@ -33,9 +45,8 @@ impl Backend {
                 mode: cuda::CudaMode::EventDriven { iterations: cuda::EVENT_DRIVEN_ITERATIONS },
                 ..cuda::CudaConfig::default()
             })),
-            other => Err(DeviceError::InvalidConfig(format!(
-                "unknown backend `{other}`: expected `cpu`, `cuda` or `cuda-event`"
-            ))),
+            "cuda-emulated" => Ok(Backend::cuda_emulated(cuda::emulated::EmulatedGpu::default())),
+            other => Err(DeviceError::InvalidConfig(format!("unknown backend `{other}`: expected {BACKEND_NAMES}"))),
         }
     }
 
@@ -44,9 +55,7 @@ impl Backend {
     pub fn from_env() -> Result<Backend, DeviceError> {
         match std::env::var(BACKEND_ENV) {
             Ok(name) => Backend::parse(&name).map_err(|_| {
-                DeviceError::InvalidConfig(format!(
-                    "{BACKEND_ENV}=`{name}` names no backend: expected `cpu`, `cuda` or `cuda-event`"
-                ))
+                DeviceError::InvalidConfig(format!("{BACKEND_ENV}=`{name}` names no backend: expected {BACKEND_NAMES}"))
             }),
             Err(_) => Ok(Backend::Cpu(cpu::CpuConfig::default())),
         }
@@ -89,6 +98,11 @@ pub(crate) trait Executor: Send + Sync {
     fn shutdown(&self);
     /// A short description for logs and benchmarks.
     fn describe(&self) -> String;
+    /// Why the executor stopped executing on its own (a kernel fault, with the driver's error); `None` while
+    /// it runs or after an ordinary shutdown.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Computes the layout for `params` (the C function both backends share) and returns the header to write.

@@ -45,6 +45,12 @@ impl Device {
         self.inner.heartbeat_age()
     }
 
+    /// Why the device was declared lost (block 0's heartbeat stale for how long, or the executor's own report,
+    /// such as a kernel fault with the driver's error); `None` while it is not lost.
+    pub fn loss_cause(&self) -> Option<String> {
+        lock(&self.inner.loss_cause).clone()
+    }
+
     /// Stops the executor and the poller. Messages the device had not consumed are handed back (an
     /// [`EventKind::DeviceStopped`] event per slot, reason [`UndeliveredReason::LeftInInbox`]); commands and
     /// calls still waiting then resolve with [`DeviceError::Closed`]; streams close. Idempotent.
@@ -81,6 +87,10 @@ impl DeviceInner {
             return false;
         }
         st.next_beat_check = now + HEARTBEAT_CHECK_EVERY;
+        if let Some(failure) = self.executor.failure() {
+            self.declare_lost(st, format!("the executor failed: {failure}"));
+            return true;
+        }
         let (beat, _, _) = self.grid.block0_counters();
         if beat != st.heartbeat {
             st.heartbeat = beat;
@@ -90,7 +100,7 @@ impl DeviceInner {
         let stale = now.saturating_sub(Duration::from_nanos(self.last_beat_ns.load(Ordering::Acquire)));
         match self.lost_after {
             Some(limit) if stale >= limit => {
-                self.declare_lost(st, stale);
+                self.declare_lost(st, format!("block 0's heartbeat stopped {stale:?} ago"));
                 true
             }
             _ => {
@@ -102,14 +112,15 @@ impl DeviceInner {
         }
     }
 
-    /// The device stopped answering: stop it, read what it did publish, hand back what it had not processed,
-    /// and fail everything still waiting with [`DeviceError::DeviceLost`].
-    pub(super) fn declare_lost(&self, st: &mut PollState, stale: Duration) {
+    /// The device stopped answering (`cause` says how): stop it, read what it did publish, hand back what it had
+    /// not processed, and fail everything still waiting with [`DeviceError::DeviceLost`].
+    pub(super) fn declare_lost(&self, st: &mut PollState, cause: String) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        tracing::error!(%cause, "device lost");
+        *lock(&self.loss_cause) = Some(cause);
         self.lost.store(true, Ordering::Release);
-        tracing::error!(?stale, "device lost: block 0's heartbeat stopped");
         self.grid.write_device_faults(RV_DEVICE_HALT);
         self.stop_executor(st, EventKind::DeviceLost, UndeliveredReason::DeviceLost, DeviceError::DeviceLost);
     }

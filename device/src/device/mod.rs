@@ -88,6 +88,8 @@ pub(crate) struct DeviceInner {
     closed: AtomicBool,
     /// Declared lost (implies `closed`).
     lost: AtomicBool,
+    /// Why the device was declared lost.
+    loss_cause: Mutex<Option<String>>,
     /// The device-wide fault bits the host has set (`RV_DEVICE_*`).
     device_faults: AtomicU32,
     lost_after: Option<Duration>,
@@ -144,6 +146,7 @@ impl Device {
             }),
             closed: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            loss_cause: Mutex::new(None),
             device_faults: AtomicU32::new(0),
             lost_after: config.lost_after,
             opened: Instant::now(),

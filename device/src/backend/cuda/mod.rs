@@ -1,32 +1,54 @@
-//! The CUDA backend: the same device code, compiled by NVRTC and run as a persistent kernel through cudarc.
+//! The CUDA backend: the same device code, compiled by NVRTC and run as a persistent kernel.
 //!
 //! Memory: the SHARED region (header, control blocks, command/event rings, inboxes, outboxes) is pinned host
-//! memory mapped into the device (`cuMemHostAlloc(DEVICEMAP)`), so the host and the kernel exchange data with
-//! plain loads and stores ordered by release/acquire (`.sys` scope PTX on the device side). The LOCAL region
-//! (block 0's records, attention bitmap, kernel-to-kernel rings, state) is device memory: the only place where
-//! read-modify-write atomics are used.
+//! memory mapped into the device, so the host and the kernel exchange data with plain loads and stores ordered
+//! by release/acquire (`.sys` scope PTX on the device side). The LOCAL region (block 0's records, attention
+//! bitmap, kernel-to-kernel rings, state) is device memory: the only place where read-modify-write atomics
+//! are used.
 //!
-//! Launch: one thread per block runs the protocol; block 0 is the device supervisor and blocks 1.. own
-//! `slots_per_block` slots each. The grid never exceeds what the device can keep resident at once (queried with
-//! the occupancy API), because a persistent block that is not resident would never run.
+//! Start, in order (each step's failure frees what the steps before it took, see `book.rs`): reset the context
+//! if a kernel fault poisoned it; load the program (CUBIN, else PTX with the JIT log, `image.rs`); size the grid
+//! to what the GPU keeps resident minus what this process's other kernels hold and a headroom; zero the local
+//! region and run the init kernel on the device's own stream (so the init is ordered after the memset), with a
+//! deadline; measure the device clock against the host's; launch the persistent kernel cooperatively (every
+//! block resident, or the launch fails) and wait, with a deadline, until every block has entered it.
 //!
-//! This path cannot run in CI (no GPU); it is compiled there, and its kernel source is compiled by NVRTC for
-//! sm_70, sm_80 and sm_90 by `device/tests/nvrtc.rs`.
+//! Running: a launcher thread waits on a blocking-sync event (it sleeps; it does not spin a core) and reports
+//! the kernel's end. A kernel fault is reported at once ([`Executor::failure`]): the device declares itself
+//! lost with the driver's error as the cause, and the context is reset before the next open.
+//!
+//! Teardown: terminate, wait (bounded) for the kernel to leave, then release; a release while another
+//! device's persistent kernel runs in the same context is deferred (a free would wait for that kernel forever).
+//!
+//! The driver calls go through [`driver::Driver`]: the real driver (cudarc) or the emulated one that runs the
+//! host build of the kernels and enforces the driver's rules (`emulated.rs`), which is how CI executes this.
 
+mod book;
+pub mod driver;
+pub mod emulated;
+mod image;
 pub mod nvrtc;
+mod real;
 pub mod source;
 
 use super::{DirtySet, Executor};
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use crate::layout::{RawGridHeader, RV_DEVICE_HALT};
-use cudarc::driver::{result, sys};
-use std::ffi::{c_void, CString};
-use std::sync::Mutex;
+use book::Resources;
+use driver::{Driver, DriverError, KernelArgs, Launch};
+use emulated::EmulatedDriver;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How long shutdown waits for the persistent kernel to leave before abandoning it.
-const KERNEL_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const KERNEL_EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long start waits for the init and clock kernels, and for every block to enter the persistent kernel.
+const START_WAIT: Duration = Duration::from_secs(20);
+/// Threads per block of the persistent kernel (one runs the protocol; a warp is the scheduling unit).
+const THREADS: u32 = 32;
 
 /// Loop iterations per launch of the event-driven kernel chosen by `RINGVISOR_BACKEND=cuda-event`.
 pub const EVENT_DRIVEN_ITERATIONS: u64 = 4096;
@@ -43,65 +65,91 @@ pub enum CudaMode {
     },
 }
 
+/// Which driver runs the backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CudaDriver {
+    /// The NVIDIA driver (`libcuda.so`).
+    #[default]
+    Real,
+    /// The emulated driver: host threads run the host build of the kernels; CUDA's rules are enforced as
+    /// errors. For tests (`RINGVISOR_BACKEND=cuda-emulated`); not a product backend.
+    Emulated(EmulatedDriver),
+}
+
 /// Settings of the CUDA backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaConfig {
     /// CUDA device ordinal.
     pub ordinal: i32,
-    /// Persistent or event-driven.
+    /// Persistent or event-driven. A persistent kernel on a GPU whose driver kills long kernels (a display
+    /// GPU) runs event-driven instead, with a warning.
     pub mode: CudaMode,
     /// Most messages an actor processes per step.
     pub budget: u32,
+    /// The driver.
+    pub driver: CudaDriver,
 }
 
 impl Default for CudaConfig {
     fn default() -> Self {
-        Self { ordinal: 0, mode: CudaMode::Persistent, budget: 64 }
+        Self { ordinal: 0, mode: CudaMode::Persistent, budget: 64, driver: CudaDriver::Real }
     }
 }
 
-fn driver_err(what: &str, e: impl std::fmt::Debug) -> DeviceError {
-    DeviceError::BackendUnavailable(format!("cuda {what}: {e:?}"))
+fn driver_err(e: DriverError) -> DeviceError {
+    DeviceError::BackendUnavailable(format!("cuda: {e}"))
 }
 
 /// True if the CUDA driver library can be loaded.
 pub fn driver_available() -> bool {
-    // SAFETY: only tries to dlopen the library.
-    std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
+    real::driver_present()
 }
 
-struct Launch {
-    function: sys::CUfunction,
-    stream: sys::CUstream,
-    grid: u32,
-    slots_per_block: u32,
-    budget: u32,
-    shared_dev: sys::CUdeviceptr,
-    local_dev: sys::CUdeviceptr,
+/// What the launcher thread and the executor share.
+struct LaunchState {
+    /// The kernel's end, when it ended with an error (a fault, or a launch refused).
+    failure: Mutex<Option<String>>,
+    resources: Mutex<Option<Resources>>,
 }
 
-// SAFETY: CUDA handles may be used from any thread once the context is current there (the launcher thread
-// makes it current before use).
-unsafe impl Send for Launch {}
-
-/// A running persistent kernel and the memory it uses.
+/// A running persistent kernel and what it uses.
 pub(crate) struct CudaExecutor {
-    ctx: sys::CUcontext,
+    driver: Arc<dyn Driver>,
     shared_host: *mut u8,
-    local_dev: sys::CUdeviceptr,
-    module: sys::CUmodule,
-    launcher: Mutex<Option<JoinHandle<Result<(), DeviceError>>>>,
+    state: Arc<LaunchState>,
+    launcher: Mutex<Option<JoinHandle<()>>>,
     description: String,
-    stopped: std::sync::atomic::AtomicBool,
-    /// The kernel did not leave at shutdown: its memory is leaked rather than freed under it.
-    abandoned: std::sync::atomic::AtomicBool,
+    stopped: AtomicBool,
 }
 
-// SAFETY: the raw pointers are owned by this executor and freed once, in `shutdown`/`drop`; the shared region
-// is accessed through the protocol (see shared.rs).
+// SAFETY: `shared_host` points into mapped memory owned by the executor's Resources, freed only in `Drop`
+// after the kernel left; the shared region is accessed through the protocol (see shared.rs).
 unsafe impl Send for CudaExecutor {}
-// SAFETY: as above; `&self` methods only touch atomics and the launcher mutex.
+// SAFETY: as above; `&self` methods only touch atomics and mutexes.
 unsafe impl Sync for CudaExecutor {}
+
+/// Polls `done` until it holds, fails, or `limit` passes.
+fn wait_until(
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> Result<bool, DeviceError>,
+) -> Result<(), DeviceError> {
+    let deadline = Instant::now() + limit;
+    let mut retry = crate::wait::Retry::new(Duration::from_micros(200));
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        if !retry.again(deadline) {
+            return Err(DeviceError::BackendUnavailable(format!("cuda: {what} did not happen within {limit:?}")));
+        }
+    }
+}
+
+fn header_u32(shared: *mut u8, field: usize) -> u32 {
+    // SAFETY: `field` is the offset of a u32 of the header, inside the live mapped region.
+    unsafe { crate::shared::load_u32(shared.add(field) as *mut u32, Ordering::Acquire) }
+}
 
 impl CudaExecutor {
     pub(crate) fn start(
@@ -109,155 +157,243 @@ impl CudaExecutor {
         header: RawGridHeader,
         behaviours: &BehaviourSet,
     ) -> Result<Self, DeviceError> {
-        if !driver_available() {
-            return Err(DeviceError::BackendUnavailable(
-                "no CUDA driver (libcuda.so) found; use the CPU backend on this machine".into(),
-            ));
-        }
         if config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cuda backend: budget must be > 0".into()));
         }
-        result::init().map_err(|e| driver_err("init", e))?;
-        let dev = result::device::get(config.ordinal).map_err(|e| driver_err("device", e))?;
-        // SAFETY: `dev` was returned by device::get.
-        let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| driver_err("context", e))?;
-        // SAFETY: `ctx` was just retained.
-        unsafe { result::ctx::set_current(ctx) }.map_err(|e| driver_err("context", e))?;
-        let attr = |a| {
-            // SAFETY: `dev` is valid.
-            unsafe { result::device::get_attribute(dev, a) }.map_err(|e| driver_err("attribute", e))
+        let driver: Arc<dyn Driver> = match &config.driver {
+            CudaDriver::Real => {
+                if !driver_available() {
+                    return Err(DeviceError::BackendUnavailable(
+                        "no CUDA driver (libcuda.so) found; use the CPU backend on this machine".into(),
+                    ));
+                }
+                Arc::new(real::CudarcDriver)
+            }
+            CudaDriver::Emulated(d) => Arc::new(d.clone()),
         };
-        let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
-        let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
-        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        let name = result::device::get_name(dev).unwrap_or_else(|_| "unknown".into());
-
-        let program = source::program(behaviours)?;
-        // PTX for the device's own virtual architecture, JIT-compiled by the driver.
-        let ptx = nvrtc::compile(&program, "ringvisor.cu", major, minor, nvrtc::Output::Ptx)?;
-        let ptx = CString::from_vec_with_nul(ptx)
-            .or_else(|e| CString::new(e.into_bytes()))
-            .map_err(|_| DeviceError::InvalidConfig("nvrtc returned PTX with an interior NUL".into()))?;
-        // SAFETY: a NUL-terminated PTX image.
-        let module = unsafe { result::module::load_data(ptx.as_ptr() as *const c_void) }
-            .map_err(|e| driver_err("module load", e))?;
-        let get = |n: &str| {
-            let c = CString::new(n).expect("no NUL");
-            // SAFETY: `module` is loaded; the name is NUL-terminated.
-            unsafe { result::module::get_function(module, c) }.map_err(|e| driver_err("get function", e))
-        };
-        let init_fn = get("rv_init_kernel")?;
-        let main_fn = get("rv_persistent_kernel")?;
-
-        // Memory: shared = mapped pinned host memory; local = device memory.
-        let shared_bytes = header.shared_bytes as usize;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: plain allocation; zeroed below before any use.
-        let shared_host =
-            unsafe { result::malloc_host(shared_bytes, flags) }.map_err(|e| driver_err("host alloc", e))? as *mut u8;
-        // SAFETY: `shared_host` points to `shared_bytes` writable bytes; the header fits (shared_bytes > 576).
-        unsafe {
-            std::ptr::write_bytes(shared_host, 0, shared_bytes);
-            std::ptr::write(shared_host as *mut RawGridHeader, header);
+        let ordinal = config.ordinal;
+        let gpu = driver.gpu(ordinal).map_err(driver_err)?;
+        if !gpu.cooperative {
+            return Err(DeviceError::BackendUnavailable(format!(
+                "cuda: {} does not support cooperative launches (every block resident at once)",
+                gpu.name
+            )));
         }
-        let mut shared_dev: sys::CUdeviceptr = 0;
-        // SAFETY: `shared_host` was allocated with DEVICEMAP in the current context.
-        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut shared_dev, shared_host as *mut c_void, 0) }
-            .result()
-            .map_err(|e| driver_err("map host memory", e))?;
-        // SAFETY: plain device allocation, zeroed before use.
-        let local_dev =
-            unsafe { result::malloc_sync(header.local_bytes as usize) }.map_err(|e| driver_err("device alloc", e))?;
-        // SAFETY: `local_dev` has local_bytes bytes.
-        unsafe { result::memset_d8_sync(local_dev, 0, header.local_bytes as usize) }
-            .map_err(|e| driver_err("memset", e))?;
+        let mut mode = config.mode;
+        if gpu.exec_timeout && mode == CudaMode::Persistent {
+            tracing::warn!(gpu = %gpu.name, "the driver kills long kernels on this GPU (a display GPU): running \
+                the kernel event-driven instead of persistent");
+            mode = CudaMode::EventDriven { iterations: EVENT_DRIVEN_ITERATIONS };
+        }
+        let key = driver.gpu_key(ordinal);
+        let generation = book::prepare_context(driver.as_ref(), ordinal, key).map_err(driver_err)?;
+        // Everything taken from here on is in `res`: an error releases it (through the book, never under a
+        // running kernel).
+        let mut res = Resources { ordinal, key, generation, ..Resources::default() };
+        let started = Self::start_in(&driver, &gpu, mode, &config, header, behaviours, &mut res);
+        match started {
+            Ok((shared_host, launch, description)) => {
+                let state = Arc::new(LaunchState { failure: Mutex::new(None), resources: Mutex::new(Some(res)) });
+                let executor = Self {
+                    driver: driver.clone(),
+                    shared_host,
+                    state: state.clone(),
+                    launcher: Mutex::new(None),
+                    description,
+                    stopped: AtomicBool::new(false),
+                };
+                executor.launch(launch, mode)?;
+                Ok(executor)
+            }
+            Err(e) => {
+                book::release(&driver, res);
+                Err(e)
+            }
+        }
+    }
 
-        // Grid sizing: every block must be resident at once.
-        // SAFETY: `main_fn` is a valid function of the loaded module.
-        let per_sm = unsafe { result::occupancy::max_active_block_per_multiprocessor(main_fn, 32, 0) }
-            .map_err(|e| driver_err("occupancy", e))?
-            .max(1) as u32;
-        let resident = (per_sm * sms).max(2);
-        let actor_blocks = (resident - 1).min(header.slot_count).max(1);
-        let slots_per_block = header.slot_count.div_ceil(actor_blocks);
+    /// Steps up to the persistent launch: module, grid, memory, init, clock. Returns the mapped shared region,
+    /// the launch, and the description.
+    fn start_in(
+        driver: &Arc<dyn Driver>,
+        gpu: &driver::GpuInfo,
+        mode: CudaMode,
+        config: &CudaConfig,
+        header: RawGridHeader,
+        behaviours: &BehaviourSet,
+        res: &mut Resources,
+    ) -> Result<(*mut u8, Launch, String), DeviceError> {
+        let d = driver.as_ref();
+        let ctx = d.retain_context(res.ordinal).map_err(driver_err)?;
+        res.ctx = Some(ctx);
+        let program = source::program(behaviours)?;
+        let module = image::load(d, ctx, &program, gpu.arch, &behaviours.host_table())?;
+        res.module = Some(module);
+        let function = |name| d.function(ctx, module, name).map_err(driver_err);
+        let (init_fn, main_fn, clock_fn) =
+            (function("rv_init_kernel")?, function("rv_persistent_kernel")?, function("rv_clock_kernel")?);
+
+        // Grid: block 0 plus actor blocks, within what stays resident next to this process's other kernels.
+        let capacity = d.blocks_per_sm(ctx, main_fn, THREADS).map_err(driver_err)?.max(1) * gpu.sms;
+        let wanted = 1 + header.slot_count;
+        let reserved = book::reserve_blocks(res.key, capacity, wanted)
+            .map_err(|e| DeviceError::BackendUnavailable(format!("cuda: {e}")))?;
+        res.reserved_blocks = reserved;
+        let slots_per_block = header.slot_count.div_ceil(reserved - 1);
         let grid = 1 + header.slot_count.div_ceil(slots_per_block);
 
-        let stream =
-            result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| driver_err("stream", e))?;
-        // Initialise the local region (k2k sequence numbers) with the same C function the CPU backend uses.
-        {
-            let mut s = shared_dev;
-            let mut l = local_dev;
-            let mut params = [&mut s as *mut _ as *mut c_void, &mut l as *mut _ as *mut c_void];
-            let blocks = header.slot_count.div_ceil(128).max(1);
-            // SAFETY: the kernel takes (void*, void*); both point to live allocations.
-            unsafe { result::launch_kernel(init_fn, (blocks, 1, 1), (128, 1, 1), 0, stream, &mut params) }
-                .map_err(|e| driver_err("init launch", e))?;
-            // SAFETY: `stream` is live.
-            unsafe { result::stream::synchronize(stream) }.map_err(|e| driver_err("init sync", e))?;
-        }
+        let stream = d.create_stream(ctx).map_err(driver_err)?;
+        res.stream = Some(stream);
+        let event = d.create_blocking_event(ctx).map_err(driver_err)?;
+        res.event = Some(event);
+        let (shared_host, shared_dev) = d.alloc_mapped(ctx, header.shared_bytes as usize).map_err(driver_err)?;
+        res.shared = Some(shared_host);
+        let local = d.alloc_device(ctx, header.local_bytes as usize).map_err(driver_err)?;
+        res.local = Some(local);
 
-        let launch =
-            Launch { function: main_fn, stream, grid, slots_per_block, budget: config.budget, shared_dev, local_dev };
-        let mode = config.mode;
-        let ctx_addr = ctx as usize;
-        let shared_addr = shared_host as usize;
-        let launcher = std::thread::Builder::new()
+        let run_short = |what: &str, args: KernelArgs, grid: u32, threads: u32| -> Result<(), DeviceError> {
+            let launch = Launch { function: 0, grid, threads, args, stream, cooperative: false };
+            let function = match args {
+                KernelArgs::Init { .. } => init_fn,
+                _ => clock_fn,
+            };
+            d.launch(ctx, &Launch { function, ..launch }).map_err(driver_err)?;
+            wait_until(what, START_WAIT, || d.stream_done(ctx, stream).map_err(driver_err))
+        };
+        // The shared region: zeroed and headed by the host (mapped memory; the host writes it directly).
+        // SAFETY: `shared_host` points to `shared_bytes` writable bytes; the header fits (shared_bytes > 576).
+        unsafe {
+            std::ptr::write_bytes(shared_host, 0, header.shared_bytes as usize);
+            std::ptr::write(shared_host as *mut RawGridHeader, header);
+        }
+        // The local region: zeroed on the stream the init kernel runs on, so the init is ordered after it.
+        d.memset_zero_async(ctx, local, header.local_bytes as usize, stream).map_err(driver_err)?;
+        let init_blocks = header.slot_count.div_ceil(128).clamp(1, 1024);
+        run_short("the init kernel", KernelArgs::Init { shared: shared_dev, local }, init_blocks, 128)?;
+
+        // The device clock against the host's: the clock kernel stores the raw clock into the header's
+        // clock_offset_ns field; the narrowest of three brackets of host time gives the offset.
+        let field = std::mem::offset_of!(RawGridHeader, clock_offset_ns);
+        let mut best: Option<(u64, i64)> = None;
+        for _ in 0..3 {
+            let before = host_now_ns();
+            run_short("the clock kernel", KernelArgs::Clock { out: shared_dev + field as u64 }, 1, 32)?;
+            let after = host_now_ns();
+            // SAFETY: the field is inside the live mapped header; the kernel that wrote it has completed.
+            let raw = unsafe { std::ptr::read_volatile(shared_host.add(field) as *const u64) };
+            let offset = ((before / 2 + after / 2) as i64).wrapping_sub(raw as i64);
+            if best.is_none_or(|(width, _)| after - before < width) {
+                best = Some((after - before, offset));
+            }
+        }
+        let (width, offset) = best.expect("three measurements");
+        // SAFETY: as above; no kernel reads the header now.
+        unsafe { std::ptr::write(shared_host.add(field) as *mut i64, offset) };
+        tracing::debug!(offset_ns = offset, bracket_ns = width, "device clock calibrated");
+
+        let iterations = match mode {
+            CudaMode::Persistent => 0,
+            CudaMode::EventDriven { iterations } => iterations.max(1),
+        };
+        let launch = Launch {
+            function: main_fn,
+            grid,
+            threads: THREADS,
+            args: KernelArgs::Persistent {
+                shared: shared_dev,
+                local,
+                slots_per_block,
+                budget: config.budget,
+                max_iterations: iterations,
+            },
+            stream,
+            cooperative: true,
+        };
+        let description = format!(
+            "{} {} (sm_{}{}, {grid} blocks of {capacity} resident, {slots_per_block} slots per block, {mode:?})",
+            d.kind(),
+            gpu.name,
+            gpu.arch.0,
+            gpu.arch.1
+        );
+        Ok((shared_host, launch, description))
+    }
+
+    /// Starts the launcher thread and waits until every block of the kernel has entered it.
+    fn launch(&self, launch: Launch, mode: CudaMode) -> Result<(), DeviceError> {
+        let driver = self.driver.clone();
+        let state = self.state.clone();
+        let shared = self.shared_host as usize;
+        let thread = std::thread::Builder::new()
             .name("ringvisor-cuda".into())
-            .spawn(move || run_kernel(ctx_addr as sys::CUcontext, launch, mode, shared_addr))
+            .spawn(move || run_kernel(driver, state, launch, mode, shared))
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the launcher thread: {e}")))?;
-        let description =
-            format!("cuda {name} (sm_{major}{minor}, {grid} blocks, {slots_per_block} slots per block, {mode:?})");
-        tracing::info!(%description, "cuda backend started");
-        Ok(Self {
-            ctx,
-            shared_host,
-            local_dev,
-            module,
-            launcher: Mutex::new(Some(launcher)),
-            description,
-            stopped: std::sync::atomic::AtomicBool::new(false),
-            abandoned: std::sync::atomic::AtomicBool::new(false),
-        })
+        *crate::sync::lock(&self.launcher) = Some(thread);
+        let field = std::mem::offset_of!(RawGridHeader, blocks_started);
+        let handshake = wait_until("every block entering the persistent kernel", START_WAIT, || {
+            if let Some(f) = self.failure() {
+                return Err(DeviceError::BackendUnavailable(format!("cuda: the kernel failed at start: {f}")));
+            }
+            Ok(header_u32(self.shared_host, field) >= launch.grid)
+        });
+        if let Err(e) = handshake {
+            self.shutdown();
+            return Err(e);
+        }
+        tracing::info!(description = %self.description, "cuda backend started");
+        Ok(())
+    }
+
+    fn terminate_requested(shared: usize) -> bool {
+        let h = shared as *mut u8;
+        header_u32(h, std::mem::offset_of!(RawGridHeader, terminate)) != 0
+            || header_u32(h, std::mem::offset_of!(RawGridHeader, device_faults)) & RV_DEVICE_HALT != 0
     }
 }
 
-/// Launches the kernel (once, or repeatedly in event-driven mode) and waits for it to leave.
-fn run_kernel(ctx: sys::CUcontext, mut l: Launch, mode: CudaMode, shared_host: usize) -> Result<(), DeviceError> {
-    // SAFETY: the context is retained by the executor for as long as this thread runs.
-    unsafe { result::ctx::set_current(ctx) }.map_err(|e| driver_err("context", e))?;
-    let iterations: u64 = match mode {
-        CudaMode::Persistent => 0,
-        CudaMode::EventDriven { iterations } => iterations.max(1),
+fn host_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// The launcher thread: launches the kernel (once, or repeatedly in event-driven mode), sleeps on a
+/// blocking-sync event until it ends, and reports how it ended.
+fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode: CudaMode, shared: usize) {
+    let (ctx, event, key) = {
+        let res = crate::sync::lock(&state.resources);
+        let r = res.as_ref().expect("resources live while the launcher runs");
+        (r.ctx.expect("retained"), r.event.expect("created"), r.key)
     };
-    let terminate = |h: usize| {
-        let header = h as *mut RawGridHeader;
-        // SAFETY: the header lives in the shared region, valid while the executor lives.
-        unsafe {
-            let acquire = std::sync::atomic::Ordering::Acquire;
-            crate::shared::load_u32(std::ptr::addr_of_mut!((*header).terminate), acquire) != 0
-                || crate::shared::load_u32(std::ptr::addr_of_mut!((*header).device_faults), acquire) & RV_DEVICE_HALT
-                    != 0
+    let mut first = true;
+    let outcome = loop {
+        let launched = driver.launch(ctx, &l);
+        if first {
+            if let Some(r) = crate::sync::lock(&state.resources).as_mut() {
+                r.kernel_live = launched.is_ok();
+            }
+            if launched.is_ok() {
+                book::kernel_started(key);
+            }
+            first = false;
+        }
+        if let Err(e) =
+            launched.and_then(|_| driver.record_event(ctx, event, l.stream)).and_then(|_| driver.wait_event(ctx, event))
+        {
+            break Err(e);
+        }
+        if mode == CudaMode::Persistent || CudaExecutor::terminate_requested(shared) {
+            break Ok(());
         }
     };
-    loop {
-        let mut iters = iterations;
-        let mut params = [
-            &mut l.shared_dev as *mut _ as *mut c_void,
-            &mut l.local_dev as *mut _ as *mut c_void,
-            &mut l.slots_per_block as *mut _ as *mut c_void,
-            &mut l.budget as *mut _ as *mut c_void,
-            &mut iters as *mut _ as *mut c_void,
-        ];
-        // SAFETY: the parameters match rv_persistent_kernel's signature and point to live locals; the memory
-        // they point to outlives the launch (the executor waits for this thread before freeing it).
-        unsafe { result::launch_kernel(l.function, (l.grid, 1, 1), (32, 1, 1), 0, l.stream, &mut params) }
-            .map_err(|e| driver_err("launch", e))?;
-        // SAFETY: `stream` is live.
-        unsafe { result::stream::synchronize(l.stream) }.map_err(|e| driver_err("kernel", e))?;
-        if iterations == 0 || terminate(shared_host) {
-            return Ok(());
+    let sticky = match &outcome {
+        Err(e) => {
+            tracing::error!(error = %e, "the persistent kernel ended with an error");
+            *crate::sync::lock(&state.failure) = Some(e.to_string());
+            e.is_sticky().then(|| e.to_string())
         }
+        Ok(()) => None,
+    };
+    if let Some(r) = crate::sync::lock(&state.resources).as_mut() {
+        book::kernel_left(&driver, r, sticky);
     }
 }
 
@@ -274,35 +410,30 @@ impl Executor for CudaExecutor {
         None
     }
 
+    fn failure(&self) -> Option<String> {
+        crate::sync::lock(&self.state.failure).clone()
+    }
+
     fn shutdown(&self) {
-        if self.stopped.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
         let header = self.shared_host as *mut RawGridHeader;
         // SAFETY: the header is in the live shared region.
-        unsafe {
-            crate::shared::store_u32(
-                std::ptr::addr_of_mut!((*header).terminate),
-                1,
-                std::sync::atomic::Ordering::Release,
-            )
-        };
+        unsafe { crate::shared::store_u32(std::ptr::addr_of_mut!((*header).terminate), 1, Ordering::Release) };
         if let Some(t) = crate::sync::lock(&self.launcher).take() {
-            // A kernel that does not leave (a block stuck in a behaviour, a lost device) must not hang the host:
-            // wait a bounded time, then abandon it (and its memory, see Drop).
-            let deadline = std::time::Instant::now() + KERNEL_EXIT_WAIT;
-            while !t.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+            // A kernel that does not leave (a block stuck in a behaviour) must not hang the host: wait a bounded
+            // time, then abandon it (its resources stay: see book::release).
+            let deadline = Instant::now() + KERNEL_EXIT_WAIT;
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
             }
             if !t.is_finished() {
                 tracing::error!("the persistent kernel did not leave within {KERNEL_EXIT_WAIT:?}: abandoning it");
-                self.abandoned.store(true, std::sync::atomic::Ordering::Release);
                 return;
             }
-            match t.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "persistent kernel ended with an error"),
-                Err(_) => tracing::error!("cuda launcher thread panicked"),
+            if t.join().is_err() {
+                tracing::error!("cuda launcher thread panicked");
             }
         }
     }
@@ -315,15 +446,8 @@ impl Executor for CudaExecutor {
 impl Drop for CudaExecutor {
     fn drop(&mut self) {
         self.shutdown();
-        if self.abandoned.load(std::sync::atomic::Ordering::Acquire) {
-            return; // the kernel may still touch its memory: leak it rather than free it under the kernel
-        }
-        // SAFETY: the kernel has left (shutdown joined the launcher); each resource is freed once.
-        unsafe {
-            let _ = result::ctx::set_current(self.ctx);
-            let _ = result::module::unload(self.module);
-            let _ = result::free_sync(self.local_dev);
-            let _ = result::free_host(self.shared_host as *mut c_void);
+        if let Some(res) = crate::sync::lock(&self.state.resources).take() {
+            book::release(&self.driver, res);
         }
     }
 }

@@ -13,6 +13,7 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
     ("rv_layout.h", include_str!("../../../../kernels/rv_layout.h")),
     ("rv_behaviour.h", include_str!("../../../../kernels/rv_behaviour.h")),
     ("rv_protocol.cu", include_str!("../../../../kernels/rv_protocol.cu")),
+    ("rv_entry.cu", include_str!("../../../../kernels/rv_entry.cu")),
     ("builtins.cu", include_str!("../../../../kernels/builtins.cu")),
     ("behaviours/echo.cu", include_str!("../../../../kernels/behaviours/echo.cu")),
     ("behaviours/counter.cu", include_str!("../../../../kernels/behaviours/counter.cu")),

@@ -1,0 +1,793 @@
+//! An emulated CUDA driver: the CUDA backend's host code runs against it in CI, where there is no GPU.
+//!
+//! What it does: allocations come from host memory (device memory starts as garbage, as `cuMemAlloc`'s does);
+//! a module resolves to the host build of the kernel entry points (`kernels/rv_entry.cu`, the same code NVRTC
+//! compiles); a persistent launch runs one host thread per block, each block waiting for a resident block slot
+//! of the emulated GPU (`sms * blocks_per_sm`) as hardware does; short kernels run on one thread; streams order
+//! work as CUDA orders it; each block's clock has an epoch of its own, as `%globaltimer` has.
+//!
+//! The real driver's rules, enforced as errors the backend sees (and logged in [`EmulatedDriver::violations`]
+//! when the real driver would hang or corrupt rather than fail):
+//! - a free or unload while a persistent kernel of the context runs (the real call waits for every kernel of
+//!   the context: forever);
+//! - a persistent grid launched without the cooperative launch (its blocks are not guaranteed co-resident);
+//! - a cooperative grid larger than the resident capacity (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`);
+//! - a kernel on one stream using memory a memset on another stream may not have finished with;
+//! - any call on a context after a kernel fault (the sticky error) until the context is reset;
+//! - PTX newer than the driver's JIT (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`, with a JIT log); a CUBIN for
+//!   another architecture (`CUDA_ERROR_NO_BINARY_FOR_GPU`);
+//! - on a GPU with an execution timeout, an unbounded kernel killed after [`EXEC_TIMEOUT`]
+//!   (`CUDA_ERROR_LAUNCH_TIMEOUT`).
+//!
+//! What it does not prove: anything about the GPU's memory model (host threads are more strongly ordered than
+//! PCIe and the GPU's L1), timing, occupancy, or code generation (the NVRTC tests check the device program).
+//! It is a test double for the backend's host code, not a product backend.
+
+use super::driver::{DevPtr, Driver, DriverError, GpuInfo, Handle, KernelArgs, Launch, ModuleImage};
+use crate::ffi::{self, BehaviourFn};
+use crate::layout::RawGridHeader;
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long an unbounded kernel lives on an emulated GPU with an execution timeout.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The emulated GPU's properties.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulatedGpu {
+    /// The name the backend reports.
+    pub name: String,
+    /// Compute capability.
+    pub arch: (u32, u32),
+    /// Multiprocessors.
+    pub sms: u32,
+    /// Resident blocks per multiprocessor (what the occupancy query answers).
+    pub blocks_per_sm: u32,
+    /// The driver kills kernels after [`EXEC_TIMEOUT`] (a display GPU).
+    pub exec_timeout: bool,
+    /// Newest PTX ISA version the driver's JIT accepts.
+    pub max_ptx_version: (u32, u32),
+}
+
+impl Default for EmulatedGpu {
+    /// An sm_80 GPU with 2 multiprocessors of 4 resident blocks each (8 blocks: small enough for a 2-core CI
+    /// machine, large enough for two devices), a CUDA 12.4 driver's JIT (PTX 8.4).
+    fn default() -> Self {
+        Self {
+            name: "emulated GPU".into(),
+            arch: (8, 0),
+            sms: 2,
+            blocks_per_sm: 4,
+            exec_timeout: false,
+            max_ptx_version: (8, 4),
+        }
+    }
+}
+
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1 << 32);
+
+/// The emulated driver (one emulated GPU, ordinal 0). Clone it to open several devices on the same GPU.
+#[derive(Clone)]
+pub struct EmulatedDriver {
+    gpu: EmulatedGpu,
+    key: u64,
+    clock_skew_ns: i64,
+    emu: Arc<Emu>,
+}
+
+impl std::fmt::Debug for EmulatedDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatedDriver").field("gpu", &self.gpu).field("key", &self.key).finish()
+    }
+}
+
+impl PartialEq for EmulatedDriver {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for EmulatedDriver {}
+
+#[derive(Default)]
+struct Emu {
+    state: Mutex<State>,
+    changed: Condvar,
+    blocking_waits: AtomicU64,
+    resets: AtomicU32,
+}
+
+struct Region {
+    size: usize,
+    layout: Layout,
+    /// A memset ordered on this stream, at this operation number, not yet known to have completed.
+    pending_memset: Option<(Handle, u64)>,
+}
+
+struct Kernel {
+    stream: Handle,
+    persistent: bool,
+    blocks_left: u32,
+    error: Option<DriverError>,
+    terminate: Option<usize>,
+}
+
+#[derive(Default)]
+struct State {
+    retained: u32,
+    sticky: Option<DriverError>,
+    next: u64,
+    ops: u64,
+    regions: HashMap<usize, Region>,
+    modules: HashMap<Handle, Arc<[Option<BehaviourFn>]>>,
+    functions: HashMap<Handle, (Handle, &'static str)>,
+    streams: HashMap<Handle, Vec<u64>>,
+    events: HashMap<Handle, Option<(Handle, u64, Option<u64>)>>,
+    kernels: HashMap<u64, Kernel>,
+    finished: HashMap<u64, Option<DriverError>>,
+    resident: u32,
+    violations: Vec<String>,
+    leaked: usize,
+}
+
+impl State {
+    fn handle(&mut self) -> Handle {
+        self.next += 1;
+        self.next
+    }
+
+    fn usable(&self, call: &'static str) -> Result<(), DriverError> {
+        if let Some(e) = &self.sticky {
+            return Err(DriverError { call, ..e.clone() });
+        }
+        if self.retained == 0 {
+            return Err(DriverError::new(call, "CUDA_ERROR_INVALID_CONTEXT"));
+        }
+        Ok(())
+    }
+
+    fn violation(&mut self, call: &'static str, what: String) -> DriverError {
+        tracing::error!(call, "emulated CUDA driver: {what}");
+        self.violations.push(format!("{call}: {what}"));
+        DriverError::new(call, format!("RULE VIOLATED: {what}"))
+    }
+
+    fn live_persistent(&self) -> usize {
+        self.kernels.values().filter(|k| k.persistent).count()
+    }
+
+    fn no_persistent_kernel(&mut self, call: &'static str) -> Result<(), DriverError> {
+        match self.live_persistent() {
+            0 => Ok(()),
+            n => Err(self.violation(
+                call,
+                format!("called while {n} persistent kernel(s) of the context run: the real call waits for them"),
+            )),
+        }
+    }
+
+    fn region_of(&self, ptr: u64) -> Option<(usize, &Region)> {
+        self.regions.iter().find(|(&a, r)| ptr as usize >= a && (ptr as usize) < a + r.size).map(|(&a, r)| (a, r))
+    }
+
+    fn clear_pending(&mut self, stream: Handle, up_to: u64) {
+        for r in self.regions.values_mut() {
+            if matches!(r.pending_memset, Some((s, op)) if s == stream && op <= up_to) {
+                r.pending_memset = None;
+            }
+        }
+    }
+
+    fn free_all(&mut self) -> usize {
+        let n = self.regions.len() + self.modules.len() + self.streams.len() + self.events.len();
+        for (addr, r) in self.regions.drain() {
+            // SAFETY: allocated by `alloc` with this layout; no kernel runs (callers check).
+            unsafe { std::alloc::dealloc(addr as *mut u8, r.layout) };
+        }
+        self.modules.clear();
+        self.functions.clear();
+        self.streams.clear();
+        self.events.clear();
+        n
+    }
+}
+
+fn lock(emu: &Emu) -> MutexGuard<'_, State> {
+    emu.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl EmulatedDriver {
+    /// A new emulated GPU. Its device clock counts from about one second ago (like a GPU's timer since boot),
+    /// not from the host's epoch.
+    pub fn new(gpu: EmulatedGpu) -> Self {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let clock_skew_ns = 1_000_000_000 - now.as_nanos() as i64;
+        Self { gpu, key: NEXT_KEY.fetch_add(1, Ordering::Relaxed), clock_skew_ns, emu: Arc::new(Emu::default()) }
+    }
+
+    /// The GPU's properties.
+    pub fn gpu_properties(&self) -> &EmulatedGpu {
+        &self.gpu
+    }
+
+    /// Every call that would have hung or corrupted memory on the real driver, in order.
+    pub fn violations(&self) -> Vec<String> {
+        lock(&self.emu).violations.clone()
+    }
+
+    /// Allocations, modules, streams and events alive now.
+    pub fn resources(&self) -> usize {
+        let st = lock(&self.emu);
+        st.regions.len() + st.modules.len() + st.streams.len() + st.events.len()
+    }
+
+    /// Resources still alive when the last retention of the context was released (never freed by the backend).
+    pub fn leaked(&self) -> usize {
+        lock(&self.emu).leaked
+    }
+
+    /// Retentions of the primary context held now.
+    pub fn retained(&self) -> u32 {
+        lock(&self.emu).retained
+    }
+
+    /// Kernels running now.
+    pub fn running_kernels(&self) -> usize {
+        lock(&self.emu).kernels.len()
+    }
+
+    /// Waits on a blocking-sync event for a kernel that was still running (the launcher sleeping, not spinning).
+    pub fn blocking_waits(&self) -> u64 {
+        self.emu.blocking_waits.load(Ordering::Relaxed)
+    }
+
+    /// Context resets so far.
+    pub fn resets(&self) -> u32 {
+        self.emu.resets.load(Ordering::Relaxed)
+    }
+
+    /// Makes every running kernel fail with `code` (as an illegal address in a behaviour would): they stop, and
+    /// the context keeps the error until it is reset.
+    pub fn inject_kernel_fault(&self, code: &str) {
+        kill_all(&self.emu, &mut lock(&self.emu), DriverError::new("kernel", code));
+    }
+
+    fn capacity(&self) -> u32 {
+        self.gpu.sms * self.gpu.blocks_per_sm
+    }
+
+    fn alloc(&self, call: &'static str, bytes: usize, fill: u8) -> Result<usize, DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable(call)?;
+        let layout = Layout::from_size_align(bytes.max(1), 4096)
+            .map_err(|_| DriverError::new(call, "CUDA_ERROR_OUT_OF_MEMORY"))?;
+        // SAFETY: a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(DriverError::new(call, "CUDA_ERROR_OUT_OF_MEMORY"));
+        }
+        // SAFETY: `ptr` has `layout.size()` bytes.
+        unsafe { std::ptr::write_bytes(ptr, fill, layout.size()) };
+        st.regions.insert(ptr as usize, Region { size: bytes, layout, pending_memset: None });
+        Ok(ptr as usize)
+    }
+
+    fn free(&self, call: &'static str, addr: usize) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable(call)?;
+        st.no_persistent_kernel(call)?;
+        let r = st.regions.remove(&addr).ok_or_else(|| DriverError::new(call, "CUDA_ERROR_INVALID_VALUE"))?;
+        // SAFETY: allocated by `alloc` with this layout; no kernel runs.
+        unsafe { std::alloc::dealloc(addr as *mut u8, r.layout) };
+        Ok(())
+    }
+}
+
+/// Fails every running kernel with `error` and makes it the context's sticky error.
+fn kill_all(emu: &Emu, st: &mut State, error: DriverError) {
+    for k in st.kernels.values_mut() {
+        k.error.get_or_insert_with(|| error.clone());
+        if let Some(addr) = k.terminate {
+            // SAFETY: the header of a live allocation (frees are refused while the kernel runs); the blocks read
+            // the word atomically. The emulation's way to stop a kernel the hardware would tear down.
+            unsafe { (*(addr as *const AtomicU32)).store(1, Ordering::Release) };
+        }
+    }
+    st.sticky.get_or_insert(error);
+    emu.changed.notify_all();
+}
+
+/// One block, or a short kernel's blocks in turn, got a resident slot and ran: book-keeping after.
+fn block_done(emu: &Emu, kernel: u64, blocks: u32) {
+    let mut st = lock(emu);
+    st.resident -= 1;
+    let done = match st.kernels.get_mut(&kernel) {
+        Some(k) => {
+            k.blocks_left -= blocks;
+            k.blocks_left == 0
+        }
+        None => false,
+    };
+    if done {
+        let k = st.kernels.remove(&kernel).expect("present");
+        if let Some(list) = st.streams.get_mut(&k.stream) {
+            list.retain(|&id| id != kernel);
+        }
+        st.finished.insert(kernel, k.error);
+    }
+    emu.changed.notify_all();
+}
+
+fn wait_resident(emu: &Emu, capacity: u32) {
+    let mut st = lock(emu);
+    while st.resident >= capacity {
+        st = emu.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+    }
+    st.resident += 1;
+}
+
+impl Driver for EmulatedDriver {
+    fn kind(&self) -> &'static str {
+        "emulated cuda"
+    }
+
+    fn gpu_key(&self, _ordinal: i32) -> u64 {
+        self.key
+    }
+
+    fn needs_image(&self) -> bool {
+        false
+    }
+
+    fn gpu(&self, ordinal: i32) -> Result<GpuInfo, DriverError> {
+        if ordinal != 0 {
+            return Err(DriverError::new("cuDeviceGet", "CUDA_ERROR_INVALID_DEVICE"));
+        }
+        Ok(GpuInfo {
+            name: self.gpu.name.clone(),
+            arch: self.gpu.arch,
+            sms: self.gpu.sms,
+            exec_timeout: self.gpu.exec_timeout,
+            cooperative: true,
+        })
+    }
+
+    fn retain_context(&self, ordinal: i32) -> Result<Handle, DriverError> {
+        self.gpu(ordinal)?;
+        let mut st = lock(&self.emu);
+        st.retained += 1;
+        Ok(1)
+    }
+
+    fn release_context(&self, _ordinal: i32) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        if st.retained == 0 {
+            return Err(DriverError::new("cuDevicePrimaryCtxRelease", "CUDA_ERROR_INVALID_CONTEXT"));
+        }
+        st.retained -= 1;
+        if st.retained == 0 && st.kernels.is_empty() {
+            // the context is destroyed: whatever the backend did not free is counted as leaked
+            st.leaked += st.free_all();
+            st.sticky = None;
+        }
+        Ok(())
+    }
+
+    fn reset_context(&self, _ordinal: i32) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        // A reset waits for the (killed) kernels' threads to leave before the memory goes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !st.kernels.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(st.violation("cuDevicePrimaryCtxReset", "a kernel of the context is still running".into()));
+            }
+            st = self.emu.changed.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        st.free_all();
+        st.sticky = None;
+        self.emu.resets.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn load_module(
+        &self,
+        _ctx: Handle,
+        image: &ModuleImage,
+        host_table: &[Option<BehaviourFn>],
+    ) -> Result<Handle, DriverError> {
+        const CALL: &str = "cuModuleLoadDataEx";
+        let mut st = lock(&self.emu);
+        st.usable(CALL)?;
+        match image {
+            ModuleImage::Cubin { arch, bytes } => {
+                if !bytes.starts_with(b"\x7fELF") {
+                    return Err(DriverError::new(CALL, "CUDA_ERROR_INVALID_IMAGE"));
+                }
+                if *arch != self.gpu.arch {
+                    return Err(DriverError {
+                        call: CALL,
+                        code: "CUDA_ERROR_NO_BINARY_FOR_GPU".into(),
+                        log: Some(format!("the image is for sm_{}{}", arch.0, arch.1)),
+                    });
+                }
+            }
+            ModuleImage::Ptx { text } => {
+                let version = ptx_version(text).ok_or_else(|| DriverError::new(CALL, "CUDA_ERROR_INVALID_PTX"))?;
+                if version > self.gpu.max_ptx_version {
+                    let (max, v) = (self.gpu.max_ptx_version, version);
+                    return Err(DriverError {
+                        call: CALL,
+                        code: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION".into(),
+                        log: Some(format!(
+                            "ptxas application ptx input, line 1; fatal   : Unsupported .version {}.{}; current \
+                             version is '{}.{}'",
+                            v.0, v.1, max.0, max.1
+                        )),
+                    });
+                }
+            }
+            ModuleImage::HostOnly => {}
+        }
+        let h = st.handle();
+        st.modules.insert(h, host_table.into());
+        Ok(h)
+    }
+
+    fn function(&self, _ctx: Handle, module: Handle, name: &str) -> Result<Handle, DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuModuleGetFunction")?;
+        if !st.modules.contains_key(&module) {
+            return Err(DriverError::new("cuModuleGetFunction", "CUDA_ERROR_INVALID_HANDLE"));
+        }
+        let entry = ["rv_init_kernel", "rv_persistent_kernel", "rv_clock_kernel"]
+            .into_iter()
+            .find(|e| *e == name)
+            .ok_or_else(|| DriverError::new("cuModuleGetFunction", "CUDA_ERROR_NOT_FOUND"))?;
+        let h = st.handle();
+        st.functions.insert(h, (module, entry));
+        Ok(h)
+    }
+
+    fn unload_module(&self, _ctx: Handle, module: Handle) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuModuleUnload")?;
+        st.no_persistent_kernel("cuModuleUnload")?;
+        st.modules
+            .remove(&module)
+            .map(|_| ())
+            .ok_or_else(|| DriverError::new("cuModuleUnload", "CUDA_ERROR_INVALID_HANDLE"))
+    }
+
+    fn blocks_per_sm(&self, _ctx: Handle, _function: Handle, _threads: u32) -> Result<u32, DriverError> {
+        lock(&self.emu).usable("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        Ok(self.gpu.blocks_per_sm)
+    }
+
+    fn alloc_mapped(&self, _ctx: Handle, bytes: usize) -> Result<(*mut u8, DevPtr), DriverError> {
+        let addr = self.alloc("cuMemHostAlloc", bytes, 0x5A)?;
+        Ok((addr as *mut u8, addr as DevPtr))
+    }
+
+    fn free_mapped(&self, _ctx: Handle, host: *mut u8) -> Result<(), DriverError> {
+        self.free("cuMemFreeHost", host as usize)
+    }
+
+    fn alloc_device(&self, _ctx: Handle, bytes: usize) -> Result<DevPtr, DriverError> {
+        Ok(self.alloc("cuMemAlloc", bytes, 0xA5)? as DevPtr)
+    }
+
+    fn free_device(&self, _ctx: Handle, ptr: DevPtr) -> Result<(), DriverError> {
+        self.free("cuMemFree", ptr as usize)
+    }
+
+    fn create_stream(&self, _ctx: Handle) -> Result<Handle, DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuStreamCreate")?;
+        let h = st.handle();
+        st.streams.insert(h, Vec::new());
+        Ok(h)
+    }
+
+    fn destroy_stream(&self, _ctx: Handle, stream: Handle) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuStreamDestroy")?;
+        match st.streams.get(&stream) {
+            None => Err(DriverError::new("cuStreamDestroy", "CUDA_ERROR_INVALID_HANDLE")),
+            Some(running) if !running.is_empty() => {
+                Err(st.violation("cuStreamDestroy", "the stream still has a kernel running".into()))
+            }
+            Some(_) => {
+                st.streams.remove(&stream);
+                Ok(())
+            }
+        }
+    }
+
+    fn memset_zero_async(&self, _ctx: Handle, ptr: DevPtr, bytes: usize, stream: Handle) -> Result<(), DriverError> {
+        const CALL: &str = "cuMemsetD8Async";
+        let mut st = lock(&self.emu);
+        st.usable(CALL)?;
+        if !st.streams.contains_key(&stream) {
+            return Err(DriverError::new(CALL, "CUDA_ERROR_INVALID_HANDLE"));
+        }
+        let (addr, size) = match st.region_of(ptr) {
+            Some((a, r)) => (a, r.size),
+            None => return Err(DriverError::new(CALL, "CUDA_ERROR_INVALID_VALUE")),
+        };
+        if ptr as usize + bytes > addr + size {
+            return Err(DriverError::new(CALL, "CUDA_ERROR_INVALID_VALUE"));
+        }
+        // SAFETY: inside a live allocation (checked above).
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, bytes) };
+        st.ops += 1;
+        let op = st.ops;
+        st.regions.get_mut(&addr).expect("found above").pending_memset = Some((stream, op));
+        Ok(())
+    }
+
+    fn launch(&self, _ctx: Handle, l: &Launch) -> Result<(), DriverError> {
+        let call = if l.cooperative { "cuLaunchCooperativeKernel" } else { "cuLaunchKernel" };
+        let mut st = lock(&self.emu);
+        st.usable(call)?;
+        let (module, entry) =
+            *st.functions.get(&l.function).ok_or_else(|| DriverError::new(call, "CUDA_ERROR_INVALID_HANDLE"))?;
+        if entry != l.args.entry() {
+            return Err(DriverError::new(call, "CUDA_ERROR_INVALID_VALUE"));
+        }
+        let table =
+            st.modules.get(&module).cloned().ok_or_else(|| DriverError::new(call, "CUDA_ERROR_INVALID_HANDLE"))?;
+        if !st.streams.contains_key(&l.stream) {
+            return Err(DriverError::new(call, "CUDA_ERROR_INVALID_HANDLE"));
+        }
+        if l.grid == 0 || l.threads == 0 || l.threads > 1024 {
+            return Err(DriverError::new(call, "CUDA_ERROR_INVALID_VALUE"));
+        }
+        let persistent = matches!(l.args, KernelArgs::Persistent { .. });
+        if persistent && !l.cooperative {
+            return Err(st.violation(
+                call,
+                "a persistent grid launched without cuLaunchCooperativeKernel: nothing makes its blocks resident \
+                 together, and a block that never runs leaves its slots dead"
+                    .into(),
+            ));
+        }
+        if l.cooperative && l.grid > self.capacity() {
+            return Err(DriverError::new(call, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+        }
+        let pointers: Vec<u64> = match l.args {
+            KernelArgs::Init { shared, local } => vec![shared, local],
+            KernelArgs::Persistent { shared, local, .. } => vec![shared, local],
+            KernelArgs::Clock { out } => vec![out],
+        };
+        for p in pointers {
+            let pending = match st.region_of(p) {
+                None => {
+                    return Err(st.violation(call, format!("kernel argument {p:#x} points into no allocation")));
+                }
+                Some((_, r)) => r.pending_memset,
+            };
+            if let Some((s, _)) = pending {
+                if s != l.stream {
+                    return Err(st.violation(
+                        call,
+                        format!(
+                            "a kernel on stream {} uses memory that a memset on stream {s} may still be writing \
+                             (not ordered after it)",
+                            l.stream
+                        ),
+                    ));
+                }
+            }
+        }
+        let id = st.handle();
+        let terminate = match l.args {
+            KernelArgs::Persistent { shared, .. } => {
+                Some(shared as usize + std::mem::offset_of!(RawGridHeader, terminate))
+            }
+            _ => None,
+        };
+        let blocks = l.grid;
+        st.kernels.insert(id, Kernel { stream: l.stream, persistent, blocks_left: blocks, error: None, terminate });
+        st.streams.get_mut(&l.stream).expect("checked").push(id);
+        drop(st);
+
+        let capacity = self.capacity();
+        let (args, threads, skew) = (l.args, l.threads, self.clock_skew_ns);
+        let spawn = |name: String, emu: Arc<Emu>, f: Box<dyn FnOnce() + Send>, blocks: u32| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    wait_resident(&emu, capacity);
+                    f();
+                    block_done(&emu, id, blocks);
+                })
+                .map(|_| ())
+                .map_err(|_| DriverError::new(call, "CUDA_ERROR_OUT_OF_MEMORY"))
+        };
+        match args {
+            KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations } => {
+                for block in 0..blocks {
+                    let table = table.clone();
+                    let run = Box::new(move || {
+                        // SAFETY: the regions are live allocations (frees are refused while this kernel runs) laid
+                        // out for the header the backend wrote; the table outlives the call (an Arc held here).
+                        unsafe {
+                            ffi::rv_emu_persistent_block(
+                                shared as *mut u8,
+                                local as *mut u8,
+                                table.as_ptr(),
+                                block,
+                                slots_per_block,
+                                budget,
+                                max_iterations,
+                                skew,
+                            )
+                        }
+                    });
+                    spawn(format!("emu-cuda-block-{block}"), self.emu.clone(), run, 1)?;
+                }
+                if self.gpu.exec_timeout && max_iterations == 0 {
+                    let emu = self.emu.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(EXEC_TIMEOUT);
+                        let mut st = lock(&emu);
+                        if st.kernels.contains_key(&id) {
+                            kill_all(&emu, &mut st, DriverError::new("kernel", "CUDA_ERROR_LAUNCH_TIMEOUT"));
+                        }
+                    });
+                }
+            }
+            KernelArgs::Init { shared, local } => {
+                let run = Box::new(move || {
+                    for block in 0..blocks {
+                        // SAFETY: as above; the init entry only writes inside the regions.
+                        unsafe { ffi::rv_emu_init_block(shared as *mut u8, local as *mut u8, block, blocks, threads) }
+                    }
+                });
+                spawn("emu-cuda-init".into(), self.emu.clone(), run, blocks)?;
+            }
+            KernelArgs::Clock { out } => {
+                // SAFETY: `out` is inside a live allocation (checked above), 8-byte aligned by the caller.
+                let run = Box::new(move || unsafe { ffi::rv_emu_clock(out as *mut u64, skew) });
+                spawn("emu-cuda-clock".into(), self.emu.clone(), run, blocks)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stream_done(&self, _ctx: Handle, stream: Handle) -> Result<bool, DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuStreamQuery")?;
+        let idle = st
+            .streams
+            .get(&stream)
+            .ok_or_else(|| DriverError::new("cuStreamQuery", "CUDA_ERROR_INVALID_HANDLE"))?
+            .is_empty();
+        if idle {
+            let op = st.ops;
+            st.clear_pending(stream, op);
+        }
+        Ok(idle)
+    }
+
+    fn create_blocking_event(&self, _ctx: Handle) -> Result<Handle, DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuEventCreate")?;
+        let h = st.handle();
+        st.events.insert(h, None);
+        Ok(h)
+    }
+
+    fn record_event(&self, _ctx: Handle, event: Handle, stream: Handle) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuEventRecord")?;
+        let last = st
+            .streams
+            .get(&stream)
+            .ok_or_else(|| DriverError::new("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE"))?
+            .last()
+            .copied();
+        let op = st.ops;
+        let slot =
+            st.events.get_mut(&event).ok_or_else(|| DriverError::new("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE"))?;
+        *slot = Some((stream, op, last));
+        Ok(())
+    }
+
+    fn wait_event(&self, _ctx: Handle, event: Handle) -> Result<(), DriverError> {
+        const CALL: &str = "cuEventSynchronize";
+        let mut st = lock(&self.emu);
+        let recorded = *st.events.get(&event).ok_or_else(|| DriverError::new(CALL, "CUDA_ERROR_INVALID_HANDLE"))?;
+        let Some((stream, op, kernel)) = recorded else { return Ok(()) };
+        if let Some(k) = kernel {
+            if st.kernels.contains_key(&k) {
+                self.emu.blocking_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            while st.kernels.contains_key(&k) {
+                st = self.emu.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if let Some(Some(e)) = st.finished.get(&k) {
+                return Err(DriverError { call: CALL, ..e.clone() });
+            }
+        }
+        st.usable(CALL)?;
+        st.clear_pending(stream, op);
+        Ok(())
+    }
+
+    fn destroy_event(&self, _ctx: Handle, event: Handle) -> Result<(), DriverError> {
+        let mut st = lock(&self.emu);
+        st.usable("cuEventDestroy")?;
+        st.events
+            .remove(&event)
+            .map(|_| ())
+            .ok_or_else(|| DriverError::new("cuEventDestroy", "CUDA_ERROR_INVALID_HANDLE"))
+    }
+}
+
+/// The `.version X.Y` directive of a PTX text.
+fn ptx_version(text: &[u8]) -> Option<(u32, u32)> {
+    let text = std::str::from_utf8(text.strip_suffix(&[0]).unwrap_or(text)).ok()?;
+    let line = text.lines().map(str::trim).find(|l| l.starts_with(".version"))?;
+    let (major, minor) = line.trim_start_matches(".version").trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.trim().parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (EmulatedDriver, Handle, Handle, Handle) {
+        let d = EmulatedDriver::new(EmulatedGpu::default());
+        let ctx = d.retain_context(0).unwrap();
+        let module = d.load_module(ctx, &ModuleImage::HostOnly, &[]).unwrap();
+        let init = d.function(ctx, module, "rv_init_kernel").unwrap();
+        (d, ctx, module, init)
+    }
+
+    #[test]
+    fn a_kernel_not_ordered_after_a_memset_on_another_stream_is_refused() {
+        let (d, ctx, _, init) = setup();
+        let local = d.alloc_device(ctx, 4096).unwrap();
+        let (_, shared) = d.alloc_mapped(ctx, 4096).unwrap();
+        let (a, b) = (d.create_stream(ctx).unwrap(), d.create_stream(ctx).unwrap());
+        d.memset_zero_async(ctx, local, 4096, a).unwrap();
+        let launch = |stream| Launch {
+            function: init,
+            grid: 1,
+            threads: 32,
+            args: KernelArgs::Init { shared, local },
+            stream,
+            cooperative: false,
+        };
+        let err = d.launch(ctx, &launch(b)).unwrap_err();
+        assert!(err.code.contains("not ordered after it"), "{err}");
+        // once the memset's stream is known to be done, any stream may use the memory
+        assert!(d.stream_done(ctx, a).unwrap());
+        d.launch(ctx, &launch(b)).unwrap();
+        assert_eq!(d.violations().len(), 1);
+    }
+
+    #[test]
+    fn ptx_newer_than_the_jit_is_refused_with_a_log_and_a_foreign_cubin_too() {
+        let (d, ctx, _, _) = setup();
+        let ptx = ModuleImage::Ptx { text: b"//\n.version 9.0\n.target sm_80\n\0".to_vec() };
+        let err = d.load_module(ctx, &ptx, &[]).unwrap_err();
+        assert_eq!(err.code, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
+        assert!(err.to_string().contains("Unsupported .version 9.0"), "{err}");
+        let cubin = ModuleImage::Cubin { arch: (9, 0), bytes: b"\x7fELF....".to_vec() };
+        assert_eq!(d.load_module(ctx, &cubin, &[]).unwrap_err().code, "CUDA_ERROR_NO_BINARY_FOR_GPU");
+        assert!(d.load_module(ctx, &ModuleImage::Ptx { text: b".version 7.8\n".to_vec() }, &[]).is_ok());
+    }
+
+    #[test]
+    fn releasing_the_last_retention_counts_what_was_not_freed() {
+        let (d, ctx, _, _) = setup();
+        d.alloc_device(ctx, 64).unwrap();
+        d.release_context(0).unwrap();
+        assert_eq!((d.retained(), d.leaked()), (0, 2)); // the allocation and the module
+    }
+}

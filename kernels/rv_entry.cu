@@ -1,0 +1,55 @@
+/*
+ * rv_entry.cu - what each block of the kernel does, written once for the CUDA entry points (cuda/rv_kernel.cu)
+ * and for the emulated CUDA driver's host build (host/rv_host.cpp), which runs each block on a host thread.
+ *
+ * Block 0 is the device supervisor; block b >= 1 owns the slots [(b - 1) * slots_per_block, b * slots_per_block).
+ * No grid-wide barrier anywhere: a stuck actor stalls only its own block's slots, never block 0.
+ */
+#ifndef RV_ENTRY_CU
+#define RV_ENTRY_CU
+#include "rv_protocol.cu"
+
+/* The init kernel, for one thread: initialises the slots global_thread, global_thread + stride, ... */
+RV_STEP_API void rv_init_thread(const rv_grid_view *v, uint32_t global_thread, uint32_t stride) {
+    for (uint32_t slot = global_thread; slot < v->slot_count; slot += stride) rv_init_local_slot(v, slot);
+}
+
+/* The persistent kernel, for one block (its first thread). max_iterations == 0: runs until the host sets
+ * terminate (persistent mode); > 0: returns after that many iterations (event-driven mode, the host relaunches).
+ * Idle, the block backs off up to max_backoff_ns between sweeps. Every block counts itself in the local
+ * header once per launch; block 0 publishes the count (the host's started-blocks handshake). */
+RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t slots_per_block, uint32_t budget,
+                              uint64_t max_iterations, uint32_t max_backoff_ns) {
+    rv_fetch_add_u32(&v->local_header->blocks_started, 1);
+    uint32_t first = 0, last = 0;
+    if (block > 0) {
+        first = (block - 1) * slots_per_block;
+        last = first + slots_per_block;
+        if (last > v->slot_count) last = v->slot_count;
+    }
+    uint32_t published = 0;
+    uint32_t backoff_ns = 0;
+    for (uint64_t it = 0; max_iterations == 0 || it < max_iterations; ++it) {
+        if (rv_load_acquire_u32(&v->header->terminate) != 0) break;
+        /* An injected halt: the kernel leaves for good and the device stops answering (device lost). */
+        if (rv_load_acquire_u32(&v->header->device_faults) & RV_DEVICE_HALT) break;
+        uint32_t progress = 0;
+        if (block == 0) {
+            uint32_t started = rv_load_relaxed_u32(&v->local_header->blocks_started);
+            if (started != published) {
+                published = started;
+                rv_store_release_u32(&v->header->blocks_started, started);
+            }
+            progress = rv_supervisor_step(v);
+        } else {
+            for (uint32_t slot = first; slot < last; ++slot) progress |= rv_actor_step(v, slot, budget);
+        }
+        if (progress & RV_STEP_PROGRESS) {
+            backoff_ns = 0;
+        } else {
+            backoff_ns = backoff_ns == 0 ? 32 : (backoff_ns < max_backoff_ns ? backoff_ns * 2 : max_backoff_ns);
+            rv_pause(backoff_ns);
+        }
+    }
+}
+#endif /* RV_ENTRY_CU */
