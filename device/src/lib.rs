@@ -30,7 +30,7 @@ mod sync;
 mod wait;
 
 pub use backend::cpu::CpuConfig;
-pub use backend::cuda::emulated::{EmulatedDriver, EmulatedGpu};
+pub use backend::cuda::emulated::{EmulatedDriver, EmulatedGpu, EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT};
 pub use backend::cuda::{
     driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };

@@ -17,7 +17,6 @@ struct Reading {
     values: Vec<f32>,
 }
 
-#[test]
 fn pod_payloads_go_zero_copy_both_ways() {
     let d = open(1);
     d.create(0, "counter", pod_bytes(&40i64)).unwrap().wait_blocking(T).unwrap();
@@ -28,7 +27,6 @@ fn pod_payloads_go_zero_copy_both_ways() {
     assert!(matches!(err, DeviceError::Codec(_)), "{err:?}");
 }
 
-#[test]
 fn rkyv_payloads_round_trip_through_an_actor_and_are_validated() {
     let d = open(1);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -75,7 +73,6 @@ where
     out
 }
 
-#[test]
 fn send_batch_writes_what_fits_in_order_and_checks_payloads_first() {
     let d = common::open_with(DeviceConfig::default().slots(2).inbox_capacity(8));
     d.create(0, "counter", &[]).unwrap().wait_blocking(common::T).unwrap();
@@ -90,3 +87,9 @@ fn send_batch_writes_what_fits_in_order_and_checks_payloads_first() {
     let total: [i64; 2] = d.call(0, &0i64.to_le_bytes(), common::T).unwrap().decode().unwrap();
     assert_eq!(total, [36, 9], "1 + ... + 8 processed in order, then the call");
 }
+
+on_every_backend!(
+    pod_payloads_go_zero_copy_both_ways,
+    rkyv_payloads_round_trip_through_an_actor_and_are_validated,
+    send_batch_writes_what_fits_in_order_and_checks_payloads_first,
+);

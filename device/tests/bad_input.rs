@@ -24,7 +24,6 @@ fn states(d: &Device) -> Vec<(SlotState, u32)> {
     (0..d.slot_count()).map(|s| d.snapshot(s).map(|x| (x.state, x.generation)).unwrap()).collect()
 }
 
-#[test]
 fn host_refuses_bad_calls_before_writing_anything() {
     let d = open(4);
     let sent = d.stats().messages_sent;
@@ -44,7 +43,6 @@ fn host_refuses_bad_calls_before_writing_anything() {
     assert!(matches!(Device::open(DeviceConfig::default().state_bytes(100)), Err(DeviceError::InvalidConfig(_))));
 }
 
-#[test]
 fn full_inbox_is_an_error_or_a_bounded_wait_never_a_drop() {
     let d = open_with(DeviceConfig::default().slots(1).inbox_capacity(4));
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -67,7 +65,6 @@ fn full_inbox_is_an_error_or_a_bounded_wait_never_a_drop() {
     assert_eq!(d.stats().messages_sent, 5);
 }
 
-#[test]
 fn device_rejects_invalid_commands_and_changes_nothing() {
     let d = open(4);
     d.create(1, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -98,7 +95,6 @@ fn device_rejects_invalid_commands_and_changes_nothing() {
     assert_eq!(i64_of(&d.call(1, &2i64.to_le_bytes(), T).unwrap()), 2, "the running actor is unaffected");
 }
 
-#[test]
 fn stale_generation_and_illegal_transition_are_error_results_on_the_host() {
     let d = open(2);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -120,7 +116,6 @@ fn stale_generation_and_illegal_transition_are_error_results_on_the_host() {
     assert_eq!(d.call(0, b"ok", T).unwrap().payload().unwrap(), b"ok");
 }
 
-#[test]
 fn malformed_envelopes_get_an_error_reply_and_the_actor_keeps_running() {
     let d = open(2);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -142,7 +137,6 @@ fn malformed_envelopes_get_an_error_reply_and_the_actor_keeps_running() {
     assert_eq!(d.call(0, b"fine", T).unwrap().payload().unwrap(), b"fine");
 }
 
-#[test]
 fn commands_and_messages_after_shutdown_are_refused() {
     let d = open(1);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -152,3 +146,12 @@ fn commands_and_messages_after_shutdown_are_refused() {
     assert_eq!(d.kill(0).unwrap_err(), DeviceError::Closed);
     assert!(replies.recv_timeout(Duration::from_millis(10)).is_none(), "streams close");
 }
+
+on_every_backend!(
+    host_refuses_bad_calls_before_writing_anything,
+    full_inbox_is_an_error_or_a_bounded_wait_never_a_drop,
+    device_rejects_invalid_commands_and_changes_nothing,
+    stale_generation_and_illegal_transition_are_error_results_on_the_host,
+    malformed_envelopes_get_an_error_reply_and_the_actor_keeps_running,
+    commands_and_messages_after_shutdown_are_refused,
+);

@@ -16,7 +16,6 @@ fn counter_device(slots: u32, lost_after: Option<Duration>) -> Device {
     d
 }
 
-#[test]
 fn an_executor_stall_stops_every_block_and_is_ridden_out() {
     let d = counter_device(4, Some(Duration::from_secs(30)));
     d.inject_device(DeviceFault::Stall).unwrap();
@@ -35,7 +34,6 @@ fn an_executor_stall_stops_every_block_and_is_ridden_out() {
     eventually("healthy again", || d.health() == DeviceHealth::Running);
 }
 
-#[test]
 fn a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for() {
     let lost_after = Duration::from_millis(400);
     let d = counter_device(4, Some(lost_after));
@@ -83,7 +81,6 @@ fn a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for() {
     assert_eq!(d.inject_device(DeviceFault::Resume).unwrap_err(), DeviceError::DeviceLost);
 }
 
-#[test]
 fn a_device_without_lost_after_is_never_declared_lost() {
     let d = counter_device(1, None);
     d.inject_device(DeviceFault::Stall).unwrap();
@@ -93,7 +90,6 @@ fn a_device_without_lost_after_is_never_declared_lost() {
     assert_eq!(i64_of(&d.call(0, &3i64.to_le_bytes(), T).unwrap()), 3);
 }
 
-#[test]
 fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     let d = counter_device(3, Some(Duration::from_secs(30)));
     let events = d.subscribe_slot(1).unwrap();
@@ -122,7 +118,6 @@ fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     assert_eq!(i64_of(&d.call(2, &7i64.to_le_bytes(), T).unwrap()), 7);
 }
 
-#[test]
 fn a_halt_is_for_good_even_if_a_stall_ends_after_it() {
     let d = counter_device(1, Some(Duration::from_millis(300)));
     d.inject_device(DeviceFault::Stall).unwrap();
@@ -130,3 +125,11 @@ fn a_halt_is_for_good_even_if_a_stall_ends_after_it() {
     d.inject_device(DeviceFault::Resume).unwrap(); // ends the stall, not the halt
     eventually("declared lost", || d.health() == DeviceHealth::Lost);
 }
+
+on_every_backend!(
+    an_executor_stall_stops_every_block_and_is_ridden_out,
+    a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for,
+    a_device_without_lost_after_is_never_declared_lost,
+    a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined,
+    a_halt_is_for_good_even_if_a_stall_ends_after_it,
+);

@@ -22,7 +22,6 @@ fn kv(d: &Device, slot: u32, op: u32, key: u64, value: u64) -> (u32, u64) {
     (u32::from_le_bytes(p[..4].try_into().unwrap()), u64::from_le_bytes(p[8..16].try_into().unwrap()))
 }
 
-#[test]
 fn random_envelopes_and_commands_never_touch_other_slots() {
     let seed = std::env::var("RINGVISOR_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(42u64);
     let mut rng = StdRng::seed_from_u64(seed);
@@ -90,3 +89,5 @@ fn random_envelopes_and_commands_never_touch_other_slots() {
     }
     d.shutdown();
 }
+
+on_every_backend!(random_envelopes_and_commands_never_touch_other_slots,);

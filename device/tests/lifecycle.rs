@@ -6,7 +6,6 @@ use common::*;
 use ringvisor_device::*;
 use std::time::Duration;
 
-#[test]
 fn create_call_and_generation_bump_on_restart() {
     let d = open(4);
     let e = d.create(2, "counter", &10i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
@@ -21,7 +20,6 @@ fn create_call_and_generation_bump_on_restart() {
     assert_eq!((snap.state, snap.generation, snap.messages_processed), (SlotState::Active, 2, 1));
 }
 
-#[test]
 fn kv_store_put_get_delete() {
     let d = open(2);
     d.create(0, "kv", &[]).unwrap().wait_blocking(T).unwrap();
@@ -49,7 +47,6 @@ fn kv_store_put_get_delete() {
     }
 }
 
-#[test]
 fn kill_hands_back_unconsumed_messages_and_rejects_new_ones() {
     let d = open(2);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -68,7 +65,6 @@ fn kill_hands_back_unconsumed_messages_and_rejects_new_ones() {
     assert_eq!(i64_of(&d.call(0, &3i64.to_le_bytes(), T).unwrap()), 3);
 }
 
-#[test]
 fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
     let d = open(2);
     let events = d.subscribe_slot(1).unwrap();
@@ -97,7 +93,6 @@ fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
     assert_eq!(d.stats().undelivered_in_flight, 1);
 }
 
-#[test]
 fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
     let d = open(1);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -118,7 +113,6 @@ fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
     assert_eq!((reply.correlation, i64_of(&reply), reply.generation), (during, 100, 2));
 }
 
-#[test]
 fn drain_processes_everything_then_terminates() {
     let d = open(1);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -135,7 +129,6 @@ fn drain_processes_everything_then_terminates() {
     assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { .. })));
 }
 
-#[test]
 fn resume_cancels_a_drain() {
     let d = open(1);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -151,7 +144,6 @@ fn resume_cancels_a_drain() {
     assert_eq!(i64_of(&d.call(0, &1i64.to_le_bytes(), T).unwrap()), 2);
 }
 
-#[test]
 fn injected_crash_fails_the_actor_on_its_next_message() {
     let d = open(1);
     let events = d.subscribe();
@@ -166,7 +158,6 @@ fn injected_crash_fails_the_actor_on_its_next_message() {
     assert_eq!(d.call(0, b"again", T).unwrap().payload().unwrap(), b"again");
 }
 
-#[test]
 fn stall_stops_progress_and_heartbeat_until_it_ends() {
     let d = open(1);
     d.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
@@ -181,7 +172,6 @@ fn stall_stops_progress_and_heartbeat_until_it_ends() {
     assert_eq!(r.correlation, id);
 }
 
-#[test]
 fn kernel_to_kernel_forward_answers_the_host_from_the_receiver() {
     let d = open(3);
     for s in 0..3 {
@@ -203,7 +193,6 @@ fn kernel_to_kernel_forward_answers_the_host_from_the_receiver() {
     assert_eq!(d.snapshot(0).unwrap().state, SlotState::Active);
 }
 
-#[test]
 fn hlc_is_monotonic_across_replies() {
     let d = open(1);
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -215,7 +204,6 @@ fn hlc_is_monotonic_across_replies() {
     }
 }
 
-#[test]
 fn init_failure_is_a_create_error_and_leaves_the_slot_failed() {
     let d = open(1);
     let mut init = POISON.to_le_bytes().to_vec();
@@ -231,7 +219,6 @@ fn init_failure_is_a_create_error_and_leaves_the_slot_failed() {
     assert_eq!((ok.event.kind, ok.event.generation), (EventKind::Restarted, 2));
 }
 
-#[test]
 fn a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running() {
     let d = open(2);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -242,3 +229,19 @@ fn a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running() 
     assert_eq!((snap.state, snap.bad_envelopes, snap.messages_processed), (SlotState::Active, 1, 0));
     assert_eq!(i64_of(&d.call(0, &7i64.to_le_bytes(), T).unwrap()), 7, "only one message, and it was not counted");
 }
+
+on_every_backend!(
+    create_call_and_generation_bump_on_restart,
+    kv_store_put_get_delete,
+    kill_hands_back_unconsumed_messages_and_rejects_new_ones,
+    failure_reports_the_poison_message_and_restart_reports_the_rest,
+    restart_of_a_running_actor_keeps_messages_sent_after_it,
+    drain_processes_everything_then_terminates,
+    resume_cancels_a_drain,
+    injected_crash_fails_the_actor_on_its_next_message,
+    stall_stops_progress_and_heartbeat_until_it_ends,
+    kernel_to_kernel_forward_answers_the_host_from_the_receiver,
+    hlc_is_monotonic_across_replies,
+    init_failure_is_a_create_error_and_leaves_the_slot_failed,
+    a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running,
+);

@@ -31,7 +31,6 @@ fn normal(i: u32) -> f64 {
     10.0 + 0.5 * ((i as f64) * 1.7).sin()
 }
 
-#[test]
 fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_reading() {
     let d = open(4);
     d.create(0, "alerts", &[]).unwrap().wait_blocking(T).unwrap();
@@ -57,7 +56,6 @@ fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_readin
     eventually("alerts counted", || totals(&d) == [2, 1, 1, 1, 1]);
 }
 
-#[test]
 fn bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running() {
     let d = open(2);
     d.create(1, "sensor", &sensor_init(0, 4, 3.0)).unwrap().wait_blocking(T).unwrap();
@@ -68,7 +66,6 @@ fn bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running() {
     assert!(d.call(1, &reading(1.0, false, 2), T).is_ok());
 }
 
-#[test]
 fn a_restart_event_reports_what_the_previous_incarnation_processed() {
     let d = open(2);
     d.create(1, "counter", &[]).unwrap().wait_blocking(T).unwrap();
@@ -81,3 +78,9 @@ fn a_restart_event_reports_what_the_previous_incarnation_processed() {
     let e = d.kill(1).unwrap().wait_blocking(T).unwrap();
     assert_eq!((e.event.kind, e.event.messages_processed), (EventKind::Killed, 1));
 }
+
+on_every_backend!(
+    sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_reading,
+    bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running,
+    a_restart_event_reports_what_the_previous_incarnation_processed,
+);

@@ -106,6 +106,16 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("slots", &self.slot_count())
+            .field("executor", &self.describe())
+            .field("health", &self.health())
+            .finish()
+    }
+}
+
 impl Device {
     /// Opens a device: lays out the regions, starts the executor and the poller.
     pub fn open(config: DeviceConfig) -> Result<Device, DeviceError> {

@@ -2,16 +2,70 @@
 #![allow(dead_code)]
 
 use ringvisor_device::*;
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 pub const T: Duration = Duration::from_secs(10);
 
-pub fn open(slots: u32) -> Device {
-    Device::open(DeviceConfig::default().slots(slots)).expect("device opens")
+/// The backends every device test runs on here: the CPU backend, and the CUDA backend over the emulated driver.
+#[derive(Clone, Copy, Debug)]
+pub enum Which {
+    Cpu,
+    CudaEmulated,
 }
 
+thread_local! {
+    static CURRENT: RefCell<Option<Which>> = const { RefCell::new(None) };
+    static EMULATED: RefCell<Vec<EmulatedDriver>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The backend of the running test (set by `on_every_backend!`; the environment's default otherwise). Each call
+/// on the emulated backend makes a new emulated GPU, checked when the test ends.
+pub fn backend() -> Backend {
+    match CURRENT.with(|c| *c.borrow()) {
+        None => Backend::default(),
+        Some(Which::Cpu) => Backend::Cpu(CpuConfig::default()),
+        Some(Which::CudaEmulated) => {
+            let driver = EmulatedDriver::new(EmulatedGpu::default());
+            EMULATED.with(|e| e.borrow_mut().push(driver.clone()));
+            Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(driver), ..CudaConfig::default() })
+        }
+    }
+}
+
+/// Runs `test` on `which`. On the emulated driver, also checks what a real driver would have punished: no
+/// rule broken (a free under a running kernel, an unordered memset, ...), and once the test's devices are
+/// dropped, every allocation freed and every context retention released.
+pub fn run_on(which: Which, test: fn()) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(which));
+    test();
+    for driver in EMULATED.with(|e| std::mem::take(&mut *e.borrow_mut())) {
+        eventually("the emulated driver to see every device released", || driver.retained() == 0);
+        assert_eq!(driver.violations(), Vec::<String>::new(), "CUDA rules broken");
+        assert_eq!((driver.leaked(), driver.resources()), (0, 0), "resources never freed");
+    }
+}
+
+/// Turns the listed test functions into one test per backend: `cpu::name` and `cuda_emulated::name`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod cpu {
+            $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::Cpu, super::$name) } )*
+        }
+        mod cuda_emulated {
+            $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::CudaEmulated, super::$name) } )*
+        }
+    };
+}
+
+pub fn open(slots: u32) -> Device {
+    Device::open(DeviceConfig::default().slots(slots).backend(backend())).expect("device opens")
+}
+
+/// Opens `config` on the running test's backend.
 pub fn open_with(config: DeviceConfig) -> Device {
-    Device::open(config).expect("device opens")
+    Device::open(config.backend(backend())).expect("device opens")
 }
 
 pub fn i64_of(reply: &Reply) -> i64 {

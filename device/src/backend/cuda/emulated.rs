@@ -128,6 +128,8 @@ struct State {
     kernels: HashMap<u64, Kernel>,
     finished: HashMap<u64, Option<DriverError>>,
     resident: u32,
+    /// Resident blocks held by "another process" (see `occupy`).
+    foreign: u32,
     violations: Vec<String>,
     leaked: usize,
 }
@@ -246,6 +248,15 @@ impl EmulatedDriver {
     /// Context resets so far.
     pub fn resets(&self) -> u32 {
         self.emu.resets.load(Ordering::Relaxed)
+    }
+
+    /// Pretends another process's kernels hold `blocks` resident blocks (0 gives them back): this process's
+    /// blocks beyond what is left wait, as they would on hardware.
+    pub fn occupy(&self, blocks: u32) {
+        let mut st = lock(&self.emu);
+        st.resident = st.resident - st.foreign + blocks;
+        st.foreign = blocks;
+        self.emu.changed.notify_all();
     }
 
     /// Makes every running kernel fail with `code` (as an illegal address in a behaviour would): they stop, and

@@ -29,13 +29,14 @@ fn compiled(program: &str, arch: u32, output: nvrtc::Output) -> Result<Arc<Vec<u
 
 /// Loads `program` for a GPU of compute capability `arch`: CUBIN if NVRTC targets the architecture, else (or
 /// if the CUBIN does not load) PTX. Without NVRTC only a driver that runs the host build loads anything.
+/// Returns the module and what was loaded (`CUBIN sm_80`, `PTX compute_80`, `host build`).
 pub(crate) fn load(
     driver: &dyn Driver,
     ctx: Handle,
     program: &str,
     arch: (u32, u32),
     host_table: &[Option<BehaviourFn>],
-) -> Result<Handle, DeviceError> {
+) -> Result<(Handle, String), DeviceError> {
     let target = arch.0 * 10 + arch.1;
     if target < 70 {
         return Err(DeviceError::BackendUnavailable(format!(
@@ -51,6 +52,7 @@ pub(crate) fn load(
         }
         return driver
             .load_module(ctx, &ModuleImage::HostOnly, host_table)
+            .map(|m| (m, "host build".to_string()))
             .map_err(|e| DeviceError::BackendUnavailable(format!("cannot load the device program: {e}")));
     }
     let supported = nvrtc::supported_archs()?;
@@ -59,7 +61,7 @@ pub(crate) fn load(
         let bytes = compiled(program, target, nvrtc::Output::Cubin)?;
         let image = ModuleImage::Cubin { arch, bytes: bytes.to_vec() };
         match driver.load_module(ctx, &image, host_table) {
-            Ok(module) => return Ok(module),
+            Ok(module) => return Ok((module, format!("CUBIN sm_{target}"))),
             Err(e) => failures.push(format!("CUBIN sm_{target}: {e}")),
         }
     } else {
@@ -71,7 +73,7 @@ pub(crate) fn load(
             match driver.load_module(ctx, &ModuleImage::Ptx { text: text.to_vec() }, host_table) {
                 Ok(module) => {
                     tracing::warn!(reasons = %failures.join("; "), "device program loaded as PTX (JIT) for compute_{ptx_arch}");
-                    return Ok(module);
+                    return Ok((module, format!("PTX compute_{ptx_arch}")));
                 }
                 Err(e) => failures.push(format!("PTX compute_{ptx_arch}: {e}")),
             }

@@ -45,8 +45,6 @@ use std::time::{Duration, Instant};
 
 /// How long shutdown waits for the persistent kernel to leave before abandoning it.
 const KERNEL_EXIT_WAIT: Duration = Duration::from_secs(5);
-/// How long start waits for the init and clock kernels, and for every block to enter the persistent kernel.
-const START_WAIT: Duration = Duration::from_secs(20);
 /// Threads per block of the persistent kernel (one runs the protocol; a warp is the scheduling unit).
 const THREADS: u32 = 32;
 
@@ -88,11 +86,20 @@ pub struct CudaConfig {
     pub budget: u32,
     /// The driver.
     pub driver: CudaDriver,
+    /// How long start waits for the init and clock kernels, and for every block to enter the persistent
+    /// kernel (a block that cannot become resident: another process's kernels fill the GPU).
+    pub start_timeout: Duration,
 }
 
 impl Default for CudaConfig {
     fn default() -> Self {
-        Self { ordinal: 0, mode: CudaMode::Persistent, budget: 64, driver: CudaDriver::Real }
+        Self {
+            ordinal: 0,
+            mode: CudaMode::Persistent,
+            budget: 64,
+            driver: CudaDriver::Real,
+            start_timeout: Duration::from_secs(20),
+        }
     }
 }
 
@@ -202,7 +209,7 @@ impl CudaExecutor {
                     description,
                     stopped: AtomicBool::new(false),
                 };
-                executor.launch(launch, mode)?;
+                executor.launch(launch, mode, config.start_timeout)?;
                 Ok(executor)
             }
             Err(e) => {
@@ -227,7 +234,7 @@ impl CudaExecutor {
         let ctx = d.retain_context(res.ordinal).map_err(driver_err)?;
         res.ctx = Some(ctx);
         let program = source::program(behaviours)?;
-        let module = image::load(d, ctx, &program, gpu.arch, &behaviours.host_table())?;
+        let (module, image) = image::load(d, ctx, &program, gpu.arch, &behaviours.host_table())?;
         res.module = Some(module);
         let function = |name| d.function(ctx, module, name).map_err(driver_err);
         let (init_fn, main_fn, clock_fn) =
@@ -258,7 +265,7 @@ impl CudaExecutor {
                 _ => clock_fn,
             };
             d.launch(ctx, &Launch { function, ..launch }).map_err(driver_err)?;
-            wait_until(what, START_WAIT, || d.stream_done(ctx, stream).map_err(driver_err))
+            wait_until(what, config.start_timeout, || d.stream_done(ctx, stream).map_err(driver_err))
         };
         // The shared region: zeroed and headed by the host (mapped memory; the host writes it directly).
         // SAFETY: `shared_host` points to `shared_bytes` writable bytes; the header fits (shared_bytes > 576).
@@ -310,7 +317,8 @@ impl CudaExecutor {
             cooperative: true,
         };
         let description = format!(
-            "{} {} (sm_{}{}, {grid} blocks of {capacity} resident, {slots_per_block} slots per block, {mode:?})",
+            "{} {} (sm_{}{}, {image}, {grid} blocks of {capacity} resident, {slots_per_block} slots per block, \
+             {mode:?})",
             d.kind(),
             gpu.name,
             gpu.arch.0,
@@ -320,7 +328,7 @@ impl CudaExecutor {
     }
 
     /// Starts the launcher thread and waits until every block of the kernel has entered it.
-    fn launch(&self, launch: Launch, mode: CudaMode) -> Result<(), DeviceError> {
+    fn launch(&self, launch: Launch, mode: CudaMode, timeout: Duration) -> Result<(), DeviceError> {
         let driver = self.driver.clone();
         let state = self.state.clone();
         let shared = self.shared_host as usize;
@@ -330,7 +338,7 @@ impl CudaExecutor {
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the launcher thread: {e}")))?;
         *crate::sync::lock(&self.launcher) = Some(thread);
         let field = std::mem::offset_of!(RawGridHeader, blocks_started);
-        let handshake = wait_until("every block entering the persistent kernel", START_WAIT, || {
+        let handshake = wait_until("every block entering the persistent kernel", timeout, || {
             if let Some(f) = self.failure() {
                 return Err(DeviceError::BackendUnavailable(format!("cuda: the kernel failed at start: {f}")));
             }
