@@ -7,11 +7,22 @@ use std::time::{Duration, Instant};
 
 pub const T: Duration = Duration::from_secs(10);
 
-/// The backends every device test runs on here: the CPU backend, and the CUDA backend over the emulated driver.
+/// The backends every device test runs on: the CPU backend and the CUDA backend over the emulated driver
+/// (always), and the real CUDA driver when `RINGVISOR_BACKEND` names it (`cuda` or `cuda-event`, on a GPU
+/// machine: `scripts/gpu-suite.sh`).
 #[derive(Clone, Copy, Debug)]
 pub enum Which {
     Cpu,
     CudaEmulated,
+    Gpu,
+}
+
+/// The real CUDA backend `RINGVISOR_BACKEND` names, if it names one.
+pub fn gpu_backend() -> Option<Backend> {
+    match Backend::from_env() {
+        Ok(b @ Backend::Cuda(CudaConfig { driver: CudaDriver::Real, .. })) => Some(b),
+        _ => None,
+    }
 }
 
 thread_local! {
@@ -25,6 +36,7 @@ pub fn backend() -> Backend {
     match CURRENT.with(|c| *c.borrow()) {
         None => Backend::default(),
         Some(Which::Cpu) => Backend::Cpu(CpuConfig::default()),
+        Some(Which::Gpu) => gpu_backend().expect("checked by run_on"),
         Some(Which::CudaEmulated) => {
             let driver = EmulatedDriver::new(EmulatedGpu::default());
             EMULATED.with(|e| e.borrow_mut().push(driver.clone()));
@@ -37,6 +49,10 @@ pub fn backend() -> Backend {
 /// rule broken (a free under a running kernel, an unordered memset, ...), and once the test's devices are
 /// dropped, every allocation freed and every context retention released.
 pub fn run_on(which: Which, test: fn()) {
+    if matches!(which, Which::Gpu) && gpu_backend().is_none() {
+        eprintln!("SKIPPED: RINGVISOR_BACKEND does not name a CUDA backend (`cuda`, `cuda-event`): no GPU run");
+        return;
+    }
     CURRENT.with(|c| *c.borrow_mut() = Some(which));
     test();
     for driver in EMULATED.with(|e| std::mem::take(&mut *e.borrow_mut())) {
@@ -46,7 +62,8 @@ pub fn run_on(which: Which, test: fn()) {
     }
 }
 
-/// Turns the listed test functions into one test per backend: `cpu::name` and `cuda_emulated::name`.
+/// Turns the listed test functions into one test per backend: `cpu::name`, `cuda_emulated::name`, and
+/// `gpu::name` (skipped unless `RINGVISOR_BACKEND` names the real CUDA backend).
 #[macro_export]
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -55,6 +72,9 @@ macro_rules! on_every_backend {
         }
         mod cuda_emulated {
             $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::CudaEmulated, super::$name) } )*
+        }
+        mod gpu {
+            $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::Gpu, super::$name) } )*
         }
     };
 }
