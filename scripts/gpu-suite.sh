@@ -5,12 +5,11 @@
 #
 #   scripts/gpu-suite.sh PACK OUTDIR [FILTER...]
 #
-# Each binary runs on its own, tests one at a time (two persistent kernels in one process share the primary
-# context), under a timeout (RV_TEST_LIMIT seconds, default 90), so that a hang is reported as a hang and the
-# rest still runs. FILTERs keep the binaries whose names contain one of them (`demo`, `bench` included). Logs
+# Each binary runs on its own, tests one at a time by default (RV_TEST_THREADS), with RV_TEST_ARGS passed to it
+# (e.g. `gpu::`: in device/tests only the real-driver variants), under a timeout (RV_TEST_LIMIT seconds,
+# default 90), so that a hang is reported as a hang and the rest still runs. FILTERs keep the binaries whose names contain one of them (`demo`, `bench` included). Logs
 # go to OUTDIR; the last lines printed are a table: binary, exit status (124 = timed out), seconds, tests
 # passed/failed. Through the device tool, write OUTDIR under $OUT and tar it: only 8 files come back.
-# Known on CUDA (2026-11-23): the benchmark and the chaos test hang (a second device in one process).
 set -uo pipefail
 pack=${1:?pack file}
 out=${2:?output folder}
@@ -61,7 +60,8 @@ run() { # name timeout command...
 for t in "$bin"/test-*; do
   [ -x "$t" ] || continue
   name=${t##*/test-}
-  run "$name" "${RV_TEST_LIMIT:-90}" "$t" --test-threads=1
+  # shellcheck disable=SC2086 # RV_TEST_ARGS is a list of words (a test-name filter such as `gpu::`)
+  run "$name" "${RV_TEST_LIMIT:-90}" "$t" --test-threads="${RV_TEST_THREADS:-1}" ${RV_TEST_ARGS:-}
 done
 [ -x "$bin/ringvisor" ] && run demo 120 "$bin/ringvisor" demo --duration 10 --sensors 64 --no-chaos
 [ -x "$bin/ringvisor" ] && run demo-chaos 120 "$bin/ringvisor" demo --duration 10 --sensors 64
