@@ -54,7 +54,7 @@ struct rv_actor_ctx {
     uint32_t init_phase;
     const rv_envelope *msg;
     uint64_t hlc;
-    rv_envelope *reply_cell; /* staged reply, published on commit */
+    rv_envelope reply; /* the staged reply, built here and copied to the outbox on commit (16-byte stores) */
     uint32_t reply_staged;
     uint32_t reply_forwarded; /* the duty to reply went to another actor with rv_forward */
     uint32_t send_count;
@@ -92,6 +92,10 @@ RV_FN int rv_dispatch(const rv_grid_view *g, uint32_t behaviour, rv_actor_ctx *c
 /* Host time (CLOCK_REALTIME ns) as the device sees it: its raw clock corrected by the offset the host measured. */
 RV_FN uint64_t rv_grid_now_ns(const rv_grid_view *g) { return (uint64_t)((int64_t)rv_now_ns() + g->clock_offset_ns); }
 
+RV_FN void rv_copy_envelope(rv_envelope *dst, const rv_envelope *src) {
+    rv_copy16(dst, src, sizeof(rv_envelope) / 16);
+}
+
 RV_FN rv_envelope *rv_inbox_cell(const rv_grid_view *g, uint32_t slot, uint32_t index) {
     return g->inboxes + (uint64_t)slot * g->inbox_capacity + (index & (g->inbox_capacity - 1));
 }
@@ -125,7 +129,6 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
     ctx->init_phase = init_phase;
     ctx->msg = msg;
     ctx->hlc = ctx->cb->hlc;
-    ctx->reply_cell = 0;
     ctx->reply_staged = 0;
     ctx->reply_forwarded = 0;
     ctx->send_count = 0;
@@ -238,8 +241,8 @@ RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, u
     if (ctx->reply_staged || ctx->reply_forwarded) return RV_ERR_LIMIT;
     if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->msg->flags & RV_FLAG_NO_REPLY) return RV_OK;
-    /* Space for one cell was checked before the message was dispatched. */
-    rv_envelope *e = rv_outbox_cell(ctx->g, ctx->slot, ctx->cb->outbox_tail);
+    /* Staged locally; space for one outbox cell was checked before the message was dispatched. */
+    rv_envelope *e = &ctx->reply;
     e->kind = kind;
     e->flags = 0;
     e->payload_len = (uint16_t)len;
@@ -249,7 +252,6 @@ RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, u
     e->correlation = ctx->msg->correlation;
     e->hlc = ctx->hlc;
     rv_copy_bytes(e->payload, payload, len);
-    ctx->reply_cell = e;
     ctx->reply_staged = 1;
     return RV_OK;
 }
@@ -336,7 +338,9 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
     ctx->reply_forwarded = 0;
     if (ctx->reply_staged) {
         if (ok) {
-            rv_store_release_u32(&ctx->cb->outbox_tail, ctx->cb->outbox_tail + 1);
+            uint32_t tail = ctx->cb->outbox_tail;
+            rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, tail), &ctx->reply);
+            rv_store_release_u32(&ctx->cb->outbox_tail, tail + 1);
             out |= RV_STEP_REPLIED;
         }
         ctx->reply_staged = 0;
@@ -499,7 +503,10 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     /* Host inbox. */
     while (!stalled && done < budget && head != limit) {
         if (!rv_outbox_has_room(g, cb)) break;
-        const rv_envelope *msg = rv_inbox_cell(g, slot, head);
+        /* The host's cell, read once with 16-byte loads (on a GPU it is across PCIe); the behaviour reads the copy. */
+        rv_envelope copy;
+        rv_copy_envelope(&copy, rv_inbox_cell(g, slot, head));
+        const rv_envelope *msg = &copy;
         rv_ctx_next(&ctx, msg, now);
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
          * corrupt (the inbox cell is the host's and is not written). */
@@ -567,9 +574,11 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
                                 uint64_t messages_processed) {
     rv_grid_header *h = g->header;
     uint32_t tail = h->event_tail;
-    rv_event *e = &g->events[tail & (g->event_capacity - 1)];
     int in_range = slot < g->slot_count;
     rv_control_block *cb = in_range ? &g->blocks[slot] : 0;
+    /* Built locally, then copied into the ring with 16-byte stores. */
+    rv_event local;
+    rv_event *e = &local;
     e->kind = kind;
     e->slot = slot;
     e->generation = in_range ? cb->generation : 0;
@@ -583,6 +592,7 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
     e->messages_processed = messages_processed;
     e->op = cmd ? cmd->op : RV_OP_NONE;
     e->reserved = 0;
+    rv_copy16(&g->events[tail & (g->event_capacity - 1)], &local, sizeof(rv_event) / 16);
     rv_store_release_u32(&h->event_tail, tail + 1);
     rv_store_relaxed_u64(&h->events_published, h->events_published + 1);
 }
@@ -617,7 +627,9 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
                 dropped += 1;
             } else {
                 if (room == 0) break;
-                rv_envelope *e = rv_outbox_cell(g, slot, tail);
+                rv_envelope local;
+                rv_zero16(&local, sizeof(local) / 16);
+                rv_envelope *e = &local;
                 rv_error_payload p;
                 p.code = RV_ERR_TARGET_GONE;
                 p.detail = slot;
@@ -630,6 +642,7 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
                 e->correlation = cell->env.correlation;
                 e->hlc = cb->hlc;
                 rv_copy_bytes(e->payload, &p, sizeof(p));
+                rv_copy_envelope(rv_outbox_cell(g, slot, tail), &local);
                 tail += 1;
                 room -= 1;
             }
@@ -651,7 +664,7 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     uint32_t old_failed = cb->failed_index;
     uint64_t old_processed = cb->messages_processed; /* reported with Created/Restarted: the previous incarnation's */
     rv_store_relaxed_u32(&cb->state, RV_STATE_INITIALIZING);
-    rv_zero_bytes(rv_state_region(g, slot), g->state_bytes);
+    rv_zero16(rv_state_region(g, slot), g->state_bytes / 16); /* state_bytes is a multiple of 64 */
     uint32_t dropped = rv_reclaim_k2k(g, slot);
     cb->generation += 1;
     rv_store_relaxed_u64(&cb->heartbeat, 0);
@@ -849,7 +862,8 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
             out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
             continue;
         }
-        rv_command cmd = g->commands[head & (g->command_capacity - 1)];
+        rv_command cmd;
+        rv_copy16(&cmd, &g->commands[head & (g->command_capacity - 1)], sizeof(rv_command) / 16);
         rv_sv_execute(g, &cmd);
         rv_store_release_u32(&h->command_head, head + 1);
         rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);

@@ -23,13 +23,17 @@
 //! PCIe and the GPU's L1), timing, occupancy, or code generation (the NVRTC tests check the device program).
 //! It is a test double for the backend's host code, not a product backend.
 
+mod state;
+#[cfg(test)]
+mod tests;
+
 use super::driver::{DevPtr, Driver, DriverError, GpuInfo, Handle, KernelArgs, Launch, ModuleImage};
 use crate::ffi::{self, BehaviourFn};
 use crate::layout::RawGridHeader;
+use state::{block_done, kill_all, lock, ptx_version, wait_resident, Emu, Kernel, Region};
 use std::alloc::Layout;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long an unbounded kernel lives on an emulated GPU with an execution timeout.
@@ -90,115 +94,6 @@ impl PartialEq for EmulatedDriver {
     }
 }
 impl Eq for EmulatedDriver {}
-
-#[derive(Default)]
-struct Emu {
-    state: Mutex<State>,
-    changed: Condvar,
-    blocking_waits: AtomicU64,
-    resets: AtomicU32,
-}
-
-struct Region {
-    size: usize,
-    layout: Layout,
-    /// A memset ordered on this stream, at this operation number, not yet known to have completed.
-    pending_memset: Option<(Handle, u64)>,
-}
-
-struct Kernel {
-    stream: Handle,
-    persistent: bool,
-    blocks_left: u32,
-    error: Option<DriverError>,
-    terminate: Option<usize>,
-}
-
-#[derive(Default)]
-struct State {
-    retained: u32,
-    sticky: Option<DriverError>,
-    next: u64,
-    ops: u64,
-    regions: HashMap<usize, Region>,
-    modules: HashMap<Handle, Arc<[Option<BehaviourFn>]>>,
-    functions: HashMap<Handle, (Handle, &'static str)>,
-    streams: HashMap<Handle, Vec<u64>>,
-    events: HashMap<Handle, Option<(Handle, u64, Option<u64>)>>,
-    kernels: HashMap<u64, Kernel>,
-    finished: HashMap<u64, Option<DriverError>>,
-    resident: u32,
-    /// Resident blocks held by "another process" (see `occupy`).
-    foreign: u32,
-    violations: Vec<String>,
-    leaked: usize,
-}
-
-impl State {
-    fn handle(&mut self) -> Handle {
-        self.next += 1;
-        self.next
-    }
-
-    fn usable(&self, call: &'static str) -> Result<(), DriverError> {
-        if let Some(e) = &self.sticky {
-            return Err(DriverError { call, ..e.clone() });
-        }
-        if self.retained == 0 {
-            return Err(DriverError::new(call, "CUDA_ERROR_INVALID_CONTEXT"));
-        }
-        Ok(())
-    }
-
-    fn violation(&mut self, call: &'static str, what: String) -> DriverError {
-        tracing::error!(call, "emulated CUDA driver: {what}");
-        self.violations.push(format!("{call}: {what}"));
-        DriverError::new(call, format!("RULE VIOLATED: {what}"))
-    }
-
-    fn live_persistent(&self) -> usize {
-        self.kernels.values().filter(|k| k.persistent).count()
-    }
-
-    fn no_persistent_kernel(&mut self, call: &'static str) -> Result<(), DriverError> {
-        match self.live_persistent() {
-            0 => Ok(()),
-            n => Err(self.violation(
-                call,
-                format!("called while {n} persistent kernel(s) of the context run: the real call waits for them"),
-            )),
-        }
-    }
-
-    fn region_of(&self, ptr: u64) -> Option<(usize, &Region)> {
-        self.regions.iter().find(|(&a, r)| ptr as usize >= a && (ptr as usize) < a + r.size).map(|(&a, r)| (a, r))
-    }
-
-    fn clear_pending(&mut self, stream: Handle, up_to: u64) {
-        for r in self.regions.values_mut() {
-            if matches!(r.pending_memset, Some((s, op)) if s == stream && op <= up_to) {
-                r.pending_memset = None;
-            }
-        }
-    }
-
-    fn free_all(&mut self) -> usize {
-        let n = self.regions.len() + self.modules.len() + self.streams.len() + self.events.len();
-        for (addr, r) in self.regions.drain() {
-            // SAFETY: allocated by `alloc` with this layout; no kernel runs (callers check).
-            unsafe { std::alloc::dealloc(addr as *mut u8, r.layout) };
-        }
-        self.modules.clear();
-        self.functions.clear();
-        self.streams.clear();
-        self.events.clear();
-        n
-    }
-}
-
-fn lock(emu: &Emu) -> MutexGuard<'_, State> {
-    emu.state.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl EmulatedDriver {
     /// A new emulated GPU. Its device clock counts from about one second ago (like a GPU's timer since boot),
@@ -294,49 +189,6 @@ impl EmulatedDriver {
         unsafe { std::alloc::dealloc(addr as *mut u8, r.layout) };
         Ok(())
     }
-}
-
-/// Fails every running kernel with `error` and makes it the context's sticky error.
-fn kill_all(emu: &Emu, st: &mut State, error: DriverError) {
-    for k in st.kernels.values_mut() {
-        k.error.get_or_insert_with(|| error.clone());
-        if let Some(addr) = k.terminate {
-            // SAFETY: the header of a live allocation (frees are refused while the kernel runs); the blocks read
-            // the word atomically. The emulation's way to stop a kernel the hardware would tear down.
-            unsafe { (*(addr as *const AtomicU32)).store(1, Ordering::Release) };
-        }
-    }
-    st.sticky.get_or_insert(error);
-    emu.changed.notify_all();
-}
-
-/// One block, or a short kernel's blocks in turn, got a resident slot and ran: book-keeping after.
-fn block_done(emu: &Emu, kernel: u64, blocks: u32) {
-    let mut st = lock(emu);
-    st.resident -= 1;
-    let done = match st.kernels.get_mut(&kernel) {
-        Some(k) => {
-            k.blocks_left -= blocks;
-            k.blocks_left == 0
-        }
-        None => false,
-    };
-    if done {
-        let k = st.kernels.remove(&kernel).expect("present");
-        if let Some(list) = st.streams.get_mut(&k.stream) {
-            list.retain(|&id| id != kernel);
-        }
-        st.finished.insert(kernel, k.error);
-    }
-    emu.changed.notify_all();
-}
-
-fn wait_resident(emu: &Emu, capacity: u32) {
-    let mut st = lock(emu);
-    while st.resident >= capacity {
-        st = emu.changed.wait(st).unwrap_or_else(|p| p.into_inner());
-    }
-    st.resident += 1;
 }
 
 impl Driver for EmulatedDriver {
@@ -736,69 +588,5 @@ impl Driver for EmulatedDriver {
             .remove(&event)
             .map(|_| ())
             .ok_or_else(|| DriverError::new("cuEventDestroy", "CUDA_ERROR_INVALID_HANDLE"))
-    }
-}
-
-/// The `.version X.Y` directive of a PTX text.
-fn ptx_version(text: &[u8]) -> Option<(u32, u32)> {
-    let text = std::str::from_utf8(text.strip_suffix(&[0]).unwrap_or(text)).ok()?;
-    let line = text.lines().map(str::trim).find(|l| l.starts_with(".version"))?;
-    let (major, minor) = line.trim_start_matches(".version").trim().split_once('.')?;
-    Some((major.parse().ok()?, minor.trim().parse().ok()?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn setup() -> (EmulatedDriver, Handle, Handle, Handle) {
-        let d = EmulatedDriver::new(EmulatedGpu::default());
-        let ctx = d.retain_context(0).unwrap();
-        let module = d.load_module(ctx, &ModuleImage::HostOnly, &[]).unwrap();
-        let init = d.function(ctx, module, "rv_init_kernel").unwrap();
-        (d, ctx, module, init)
-    }
-
-    #[test]
-    fn a_kernel_not_ordered_after_a_memset_on_another_stream_is_refused() {
-        let (d, ctx, _, init) = setup();
-        let local = d.alloc_device(ctx, 4096).unwrap();
-        let (_, shared) = d.alloc_mapped(ctx, 4096).unwrap();
-        let (a, b) = (d.create_stream(ctx).unwrap(), d.create_stream(ctx).unwrap());
-        d.memset_zero_async(ctx, local, 4096, a).unwrap();
-        let launch = |stream| Launch {
-            function: init,
-            grid: 1,
-            threads: 32,
-            args: KernelArgs::Init { shared, local },
-            stream,
-            cooperative: false,
-        };
-        let err = d.launch(ctx, &launch(b)).unwrap_err();
-        assert!(err.code.contains("not ordered after it"), "{err}");
-        // once the memset's stream is known to be done, any stream may use the memory
-        assert!(d.stream_done(ctx, a).unwrap());
-        d.launch(ctx, &launch(b)).unwrap();
-        assert_eq!(d.violations().len(), 1);
-    }
-
-    #[test]
-    fn ptx_newer_than_the_jit_is_refused_with_a_log_and_a_foreign_cubin_too() {
-        let (d, ctx, _, _) = setup();
-        let ptx = ModuleImage::Ptx { text: b"//\n.version 9.0\n.target sm_80\n\0".to_vec() };
-        let err = d.load_module(ctx, &ptx, &[]).unwrap_err();
-        assert_eq!(err.code, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
-        assert!(err.to_string().contains("Unsupported .version 9.0"), "{err}");
-        let cubin = ModuleImage::Cubin { arch: (9, 0), bytes: b"\x7fELF....".to_vec() };
-        assert_eq!(d.load_module(ctx, &cubin, &[]).unwrap_err().code, "CUDA_ERROR_NO_BINARY_FOR_GPU");
-        assert!(d.load_module(ctx, &ModuleImage::Ptx { text: b".version 7.8\n".to_vec() }, &[]).is_ok());
-    }
-
-    #[test]
-    fn releasing_the_last_retention_counts_what_was_not_freed() {
-        let (d, ctx, _, _) = setup();
-        d.alloc_device(ctx, 64).unwrap();
-        d.release_context(0).unwrap();
-        assert_eq!((d.retained(), d.leaked()), (0, 2)); // the allocation and the module
     }
 }
