@@ -35,7 +35,7 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
         if (rv_load_acquire_u32(&v->header->device_faults) & RV_DEVICE_HALT) break;
         uint32_t progress = 0;
         if (block == 0) {
-            uint32_t started = rv_load_relaxed_u32(&v->local_header->blocks_started);
+            uint32_t started = rv_load_relaxed_dev_u32(&v->local_header->blocks_started);
             if (started != published) {
                 published = started;
                 rv_store_release_u32(&v->header->blocks_started, started);

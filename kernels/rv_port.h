@@ -83,6 +83,21 @@ RV_FN uint64_t rv_load_relaxed_u64(const uint64_t *p) {
     asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
+/* Device-scope ("gpu") loads and stores, for the LOCAL region (device memory no host thread reads): cheaper
+ * than system scope, which must order against the host across PCIe. */
+RV_FN uint32_t rv_load_acquire_dev_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+RV_FN void rv_store_release_dev_u32(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+RV_FN uint32_t rv_load_relaxed_dev_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
 /* Device-scope RMW, for device-local memory only (kernel-to-kernel rings, attention bitmap). */
 RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
     __threadfence();
@@ -125,6 +140,10 @@ RV_FN uint32_t rv_load_relaxed_u32(const uint32_t *p) { return __atomic_load_n(p
 RV_FN void rv_store_relaxed_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 RV_FN void rv_store_relaxed_u64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 RV_FN uint64_t rv_load_relaxed_u64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+/* The host build has one scope: the LOCAL-region variants are the same operations. */
+RV_FN uint32_t rv_load_acquire_dev_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+RV_FN void rv_store_release_dev_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+RV_FN uint32_t rv_load_relaxed_dev_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return expected;

@@ -277,11 +277,11 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
     if (target_state != RV_STATE_ACTIVE && target_state != RV_STATE_DRAINING) return RV_ERR_TARGET_GONE;
     /* Reserve a cell in the destination's bounded MPSC queue (device-scope CAS, LOCAL memory). */
     rv_k2k_meta *meta = &g->k2k_meta[destination];
-    uint32_t pos = rv_load_relaxed_u32(&meta->tail);
+    uint32_t pos = rv_load_relaxed_dev_u32(&meta->tail);
     rv_k2k_cell *cell;
     for (;;) {
         cell = rv_k2k_cell_at(g, destination, pos);
-        uint32_t seq = rv_load_acquire_u32(&cell->seq);
+        uint32_t seq = rv_load_acquire_dev_u32(&cell->seq);
         int32_t dif = (int32_t)(seq - pos);
         if (dif == 0) {
             uint32_t seen = rv_cas_u32(&meta->tail, pos, pos + 1);
@@ -290,7 +290,7 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
         } else if (dif < 0) {
             return RV_ERR_K2K_FULL;
         } else {
-            pos = rv_load_relaxed_u32(&meta->tail);
+            pos = rv_load_relaxed_dev_u32(&meta->tail);
         }
     }
     rv_envelope *e = &cell->env;
@@ -331,7 +331,7 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
     for (uint32_t i = 0; i < ctx->send_count; ++i) {
         rv_k2k_cell *cell = ctx->send_cells[i];
         if (!ok) cell->env.kind = RV_KIND_VOID;
-        rv_store_release_u32(&cell->seq, ctx->send_pos[i] + 1);
+        rv_store_release_dev_u32(&cell->seq, ctx->send_pos[i] + 1);
     }
     if (ok) ctx->cb->k2k_sent += ctx->send_count;
     ctx->send_count = 0;
@@ -411,7 +411,7 @@ RV_FN int rv_stall_requested(const rv_control_block *cb) { return rv_load_relaxe
 
 /* Gives a consumed kernel-to-kernel cell back to its producers. */
 RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell *cell, uint32_t khead) {
-    rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+    rv_store_release_dev_u32(&cell->seq, khead + g->k2k_capacity);
     meta->head = khead + 1;
 }
 
@@ -461,7 +461,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     while (!stalled) {
         uint32_t khead = meta->head;
         rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
-        if (rv_load_acquire_u32(&cell->seq) != khead + 1) break;
+        if (rv_load_acquire_dev_u32(&cell->seq) != khead + 1) break;
         if (done >= budget || !rv_outbox_has_room(g, cb)) {
             k2k_pending = 1;
             break;
@@ -621,7 +621,7 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
     for (;;) {
         uint32_t khead = meta->head;
         rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
-        if (rv_load_acquire_u32(&cell->seq) != khead + 1) break;
+        if (rv_load_acquire_dev_u32(&cell->seq) != khead + 1) break;
         if (cell->env.kind == RV_KIND_K2K) {
             if (cell->env.flags & RV_FLAG_NO_REPLY) {
                 dropped += 1;
@@ -647,7 +647,7 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
                 room -= 1;
             }
         }
-        rv_store_release_u32(&cell->seq, khead + g->k2k_capacity);
+        rv_store_release_dev_u32(&cell->seq, khead + g->k2k_capacity);
         meta->head = khead + 1;
     }
     if (tail != cb->outbox_tail) rv_store_release_u32(&cb->outbox_tail, tail);
@@ -830,7 +830,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
     /* 1. Slots that raised attention. */
     uint32_t words = (g->slot_count + 31) / 32;
     for (uint32_t w = 0; w < words; ++w) {
-        if (rv_load_relaxed_u32(&g->attention[w]) == 0) continue;
+        if (rv_load_relaxed_dev_u32(&g->attention[w]) == 0) continue;
         uint32_t bits = rv_exchange_u32(&g->attention[w], 0);
         while (bits != 0) {
             if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) {

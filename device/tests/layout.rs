@@ -275,3 +275,40 @@ fn control_block_lines_are_grouped_by_writer() {
     assert_ne!(line(offset_of!(RawControlBlock, inbox_head)), line(offset_of!(RawControlBlock, inbox_tail)));
     assert_ne!(line(offset_of!(RawControlBlock, outbox_head)), line(offset_of!(RawControlBlock, outbox_tail)));
 }
+
+/// The tables of docs/protocol.md ("Layout, byte by byte"), as the report says they should read.
+fn protocol_doc_tables(c: &BTreeMap<String, (u64, u64)>) -> String {
+    let mut out = String::new();
+    for (name, (size, align)) in c.iter().filter(|(n, _)| n.starts_with("sizeof ")) {
+        let ty = name.trim_start_matches("sizeof ");
+        out.push_str(&format!(
+            "### `{ty}` ({size} bytes, {align}-byte aligned)\n\n| offset | size | field |\n|---:|---:|---|\n"
+        ));
+        let mut fields: Vec<(u64, u64, &str)> =
+            c.iter().filter_map(|(n, (off, sz))| n.strip_prefix(&format!("{ty}.")).map(|f| (*off, *sz, f))).collect();
+        fields.sort();
+        for (off, sz, f) in fields {
+            out.push_str(&format!("| {off} | {sz} | `{f}` |\n"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn protocol_doc_tables_are_the_c_layout() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md")).unwrap();
+    let expected = protocol_doc_tables(&c_view());
+    let mut wrong = Vec::new();
+    for table in expected.split("### ").filter(|t| !t.is_empty()) {
+        let table = format!("### {}", table.trim_end());
+        if !doc.contains(&table) {
+            wrong.push(table);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/protocol.md's layout tables differ from the C layout; they should read:\n\n{}",
+        wrong.join("\n\n")
+    );
+}
