@@ -36,10 +36,20 @@ fn revive(d: &Device, slot: u32) {
 }
 
 #[test]
-fn churn_under_load_loses_and_duplicates_nothing() {
+fn churn_under_load_loses_and_duplicates_nothing_on_the_cpu_backend() {
+    churn_under_load_loses_and_duplicates_nothing(Backend::Cpu(Default::default()));
+}
+
+#[test]
+fn churn_under_load_loses_and_duplicates_nothing_on_the_emulated_cuda_driver() {
+    churn_under_load_loses_and_duplicates_nothing(Backend::cuda_emulated(EmulatedGpu::default()));
+}
+
+fn churn_under_load_loses_and_duplicates_nothing(backend: Backend) {
     let seed = env_u64("RINGVISOR_CHURN_SEED", 7);
     let rounds = env_u64("RINGVISOR_CHURN_ROUNDS", 300);
-    let device = Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(16).k2k_capacity(16)).unwrap();
+    let config = DeviceConfig::default().slots(SLOTS).inbox_capacity(16).k2k_capacity(16).backend(backend);
+    let device = Device::open(config).unwrap();
     let events = device.subscribe();
     for s in 0..SLOTS {
         device.create(s, "test", &[]).unwrap().wait_blocking(T).unwrap();

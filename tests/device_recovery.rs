@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use ringvisor::device::{DeviceConfig, DeviceError, DeviceHealth, SlotState, UndeliveredReason};
+use ringvisor::device::{
+    Backend, CudaConfig, CudaDriver, DeviceConfig, DeviceError, DeviceHealth, EmulatedDriver, EmulatedGpu, SlotState,
+    UndeliveredReason,
+};
 use ringvisor::faults::InjectedFault;
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
@@ -13,8 +16,40 @@ use ringvisor::{DEVICE_CHILD, TOP_SUPERVISOR};
 
 const T: Duration = Duration::from_secs(15);
 
-fn config() -> DeviceConfig {
-    DeviceConfig::default().slots(8).inbox_capacity(16).outbox_capacity(16).state_bytes(64)
+/// The backends these tests run on: the CPU backend, and the CUDA backend over the emulated driver (where a
+/// device restart opens the new device while the old one's kernel may still run: the release order matters).
+enum On {
+    Cpu,
+    CudaEmulated(EmulatedDriver),
+}
+
+fn config(on: &On) -> DeviceConfig {
+    let backend = match on {
+        On::Cpu => Backend::Cpu(Default::default()),
+        On::CudaEmulated(driver) => {
+            Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(driver.clone()), ..CudaConfig::default() })
+        }
+    };
+    DeviceConfig::default().slots(8).inbox_capacity(16).outbox_capacity(16).state_bytes(64).backend(backend)
+}
+
+/// One test per backend for each listed `async fn name(on: On)`; on the emulated driver, no CUDA rule broken
+/// (a device restart must not free the old device's memory under the new device's kernel).
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod cpu {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(super::On::Cpu).await } )*
+        }
+        mod cuda_emulated {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() {
+                   let driver = super::EmulatedDriver::new(super::EmulatedGpu::default());
+                   super::$name(super::On::CudaEmulated(driver.clone())).await;
+                   assert_eq!(driver.violations(), Vec::<String>::new(), "CUDA rules broken");
+               } )*
+        }
+    };
 }
 
 fn counter(id: &str) -> ChildSpec {
@@ -66,9 +101,8 @@ async fn converge(rt: &Runtime) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot() {
-    let rt = Runtime::start(config(), tree()).await.unwrap();
+async fn a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot(on: On) {
+    let rt = Runtime::start(config(&on), tree()).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let b = rt.gpu("app/b").unwrap();
     let old_slot = b.slot();
@@ -112,9 +146,8 @@ async fn a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot() {
     rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel() {
-    let config = config().lost_after(Some(Duration::from_millis(300)));
+async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel(on: On) {
+    let config = config(&on).lost_after(Some(Duration::from_millis(300)));
     let rt = Runtime::builder().device(config).start(tree()).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let old_device = rt.device();
@@ -167,9 +200,8 @@ async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_ker
     rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_many_quarantined_slots_restart_the_device() {
-    let rt = Runtime::builder().device(config()).quarantine_limit(1).start(tree()).await.unwrap();
+async fn too_many_quarantined_slots_restart_the_device(on: On) {
+    let rt = Runtime::builder().device(config(&on)).quarantine_limit(1).start(tree()).await.unwrap();
     let old_device = rt.device();
     for name in ["app/a", "app/b"] {
         let actor = rt.gpu(name).unwrap();
@@ -186,9 +218,8 @@ async fn too_many_quarantined_slots_restart_the_device() {
     rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_executor_stall_is_ridden_out_without_restarts() {
-    let rt = Runtime::start(config(), tree()).await.unwrap();
+async fn a_short_executor_stall_is_ridden_out_without_restarts(on: On) {
+    let rt = Runtime::start(config(&on), tree()).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let a = rt.gpu("app/a").unwrap();
     assert_eq!(total(&a, 1).await.unwrap(), 1);
@@ -205,9 +236,8 @@ async fn a_short_executor_stall_is_ridden_out_without_restarts() {
     rt.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_device_that_keeps_dying_makes_the_runtime_give_up() {
-    let config = config().lost_after(Some(Duration::from_millis(200)));
+async fn a_device_that_keeps_dying_makes_the_runtime_give_up(on: On) {
+    let config = config(&on).lost_after(Some(Duration::from_millis(200)));
     let rt = Runtime::builder().device(config).device_restarts(1, Duration::from_secs(60)).start(tree()).await.unwrap();
     let first = rt.device();
     rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap();
@@ -219,3 +249,11 @@ async fn a_device_that_keeps_dying_makes_the_runtime_give_up() {
     tokio::time::timeout(T, rt.top().wait()).await.expect("the runtime gave up");
     assert!(rt.gpu("app/a").is_none(), "names are released");
 }
+
+on_every_backend!(
+    a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot,
+    a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel,
+    too_many_quarantined_slots_restart_the_device,
+    a_short_executor_stall_is_ridden_out_without_restarts,
+    a_device_that_keeps_dying_makes_the_runtime_give_up,
+);
