@@ -17,7 +17,8 @@ RV_STEP_API void rv_init_thread(const rv_grid_view *v, uint32_t global_thread, u
 /* The persistent kernel, for one block (its first thread). max_iterations == 0: runs until the host sets
  * terminate (persistent mode); > 0: returns after that many iterations (event-driven mode, the host relaunches).
  * Idle, the block backs off up to max_backoff_ns between sweeps. Every block counts itself in the local
- * header once per launch; block 0 publishes the count (the host's started-blocks handshake). */
+ * header once per launch; block 0 publishes the count (the host's started-blocks handshake). An actor block
+ * whose sweep published replies rings its doorbell (the host polls doorbells, not every slot). */
 RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t slots_per_block, uint32_t budget,
                               uint64_t max_iterations, uint32_t max_backoff_ns) {
     rv_fetch_add_u32(&v->local_header->blocks_started, 1);
@@ -28,6 +29,8 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
         if (last > v->slot_count) last = v->slot_count;
     }
     uint32_t published = 0;
+    /* this block's doorbell count, carried over from the previous launch (event-driven mode relaunches) */
+    uint32_t rings = block > 0 ? rv_load_relaxed_u32(&v->doorbells[block]) : 0;
     uint32_t backoff_ns = 0;
     for (uint64_t it = 0; max_iterations == 0 || it < max_iterations; ++it) {
         if (rv_load_acquire_u32(&v->header->terminate) != 0) break;
@@ -43,6 +46,8 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
             progress = rv_supervisor_step(v);
         } else {
             for (uint32_t slot = first; slot < last; ++slot) progress |= rv_actor_step(v, slot, budget);
+            /* Replies published: ring the block's doorbell, so the host reads this block's outboxes only. */
+            if (progress & RV_STEP_REPLIED) rv_store_release_u32(&v->doorbells[block], ++rings);
         }
         if (progress & RV_STEP_PROGRESS) {
             backoff_ns = 0;

@@ -28,6 +28,10 @@
 #define RV_HOST_ENDPOINT 0xFFFFFFFFu
 #define RV_MAX_SENDS_PER_MESSAGE 4u
 #define RV_COMMANDS_PER_STEP 1024u /* most commands block 0 carries out in one step (it beats after each) */
+#define RV_IDLE_BEAT_NS 1000000ull /* an idle Active actor's heartbeat: at most once per millisecond */
+#define RV_QUIET_NO 0u             /* the next step is a full one */
+#define RV_QUIET_STOPPED 1u        /* idle and not running: nothing until host_seq or device_seq moves */
+#define RV_QUIET_ACTIVE 2u         /* idle and Active: beats at the idle rate until host_seq or device_seq moves */
 
 /* Lifecycle of a slot. */
 #define RV_STATE_DORMANT 0u
@@ -161,7 +165,9 @@ typedef struct RV_ALIGN(64) rv_control_block {
     /* line 3: host-written ring indices. */
     uint32_t inbox_tail;  /* producer of the inbox: the host */
     uint32_t outbox_head; /* consumer of the outbox: the host */
-    uint8_t host_index_reserved[56];
+    uint32_t host_seq;    /* the host bumps it (release) after every write the actor must notice: a message
+                           * published, a fault injected. An idle actor reads only this word. */
+    uint8_t host_index_reserved[52];
 } rv_control_block;
 
 /* ---------------------------------------------------------------------------------------------------
@@ -224,7 +230,9 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     /* added to the device's raw clock to give host time (CLOCK_REALTIME, ns); the CUDA backend measures it
      * before the kernel starts (%globaltimer has no defined epoch); 0 on the CPU backend. */
     int64_t clock_offset_ns;
-    uint8_t config_reserved[48];
+    uint64_t off_actor_records; /* local: one rv_actor_record per slot */
+    uint64_t off_doorbells;     /* shared: one uint32_t per possible block (slot_count + 1), see rv_entry.cu */
+    uint8_t config_reserved[32];
 
     /* line 3: host runtime flags. */
     uint32_t terminate;
@@ -263,9 +271,22 @@ typedef struct RV_ALIGN(64) rv_local_header {
 typedef struct RV_ALIGN(64) rv_sv_record {
     uint32_t pending_op;     /* a command waiting for the actor to acknowledge a request */
     uint32_t reported_state; /* the state the host was last told about */
-    uint8_t reserved[56];
+    uint32_t device_seq;     /* block 0 bumps it (release) after every change to the slot the actor must notice */
+    uint8_t reserved[52];
     rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */
 } rv_sv_record;
+
+/* The actor's own record of a slot (local region, written only by the block that runs the slot): what its last
+ * full step saw, so an idle step reads one shared word (host_seq) and returns. */
+typedef struct RV_ALIGN(64) rv_actor_record {
+    uint32_t seen_host_seq;   /* host_seq when the last full step began */
+    uint32_t seen_device_seq; /* device_seq when the last full step began */
+    uint32_t quiet;           /* RV_QUIET_*: the last full step found nothing to do */
+    uint32_t reserved0;
+    uint64_t beats;        /* heartbeats so far (the control block's heartbeat is a copy) */
+    uint64_t next_beat_ns; /* an idle Active slot beats at most once per RV_IDLE_BEAT_NS */
+    uint8_t reserved[32];
+} rv_actor_record;
 
 /* Per-slot kernel-to-kernel ring indices: multi-producer tail and single-consumer head, separate lines. */
 typedef struct RV_ALIGN(64) rv_k2k_meta {
@@ -299,6 +320,7 @@ RV_STATIC_ASSERT(sizeof(rv_command) == 128, "command is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_event) == 64, "event is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_grid_header) == 576, "grid header is 576 bytes");
 RV_STATIC_ASSERT(sizeof(rv_local_header) == 64, "local header is 64 bytes");
+RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_sv_record) == 192, "supervisor record is 192 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");

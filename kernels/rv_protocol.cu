@@ -35,6 +35,8 @@ typedef struct rv_grid_view {
     rv_k2k_cell *k2k_cells;
     uint8_t *state;
     rv_local_header *local_header;
+    rv_actor_record *actors;
+    uint32_t *doorbells;
     int64_t clock_offset_ns; /* raw device clock + this = host time */
     uint32_t slot_count;
     uint32_t inbox_capacity;
@@ -173,10 +175,14 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     off = rv_align_up(off + n * p->inbox_capacity * sizeof(rv_envelope), 64);
     h->off_outboxes = off;
     off = rv_align_up(off + n * p->outbox_capacity * sizeof(rv_envelope), 64);
+    h->off_doorbells = off;
+    off = rv_align_up(off + (n + 1) * sizeof(uint32_t), 64);
     h->shared_bytes = off;
     off = sizeof(rv_local_header);
     h->off_sv_records = off;
     off = rv_align_up(off + n * sizeof(rv_sv_record), 64);
+    h->off_actor_records = off;
+    off = rv_align_up(off + n * sizeof(rv_actor_record), 64);
     h->off_attention = off;
     off = rv_align_up(off + ((n + 31) / 32) * 4, 64);
     h->off_k2k_meta = off;
@@ -207,6 +213,8 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->k2k_cells = (rv_k2k_cell *)(l + h->off_k2k_cells);
     v->state = l + h->off_state;
     v->local_header = (rv_local_header *)l;
+    v->actors = (rv_actor_record *)(l + h->off_actor_records);
+    v->doorbells = (uint32_t *)(s + h->off_doorbells);
     v->clock_offset_ns = h->clock_offset_ns;
     v->slot_count = h->slot_count;
     v->inbox_capacity = h->inbox_capacity;
@@ -415,10 +423,49 @@ RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell 
     meta->head = khead + 1;
 }
 
+/* True if a kernel-to-kernel message waits in `slot`'s ring (local region only). */
+RV_FN int rv_k2k_waiting(const rv_grid_view *g, uint32_t slot) {
+    uint32_t khead = g->k2k_meta[slot].head;
+    return rv_load_acquire_dev_u32(&rv_k2k_cell_at(g, slot, khead)->seq) == khead + 1;
+}
+
+/* Advances the slot's heartbeat (the control block holds a copy of the actor record's count). */
+RV_FN void rv_beat(rv_control_block *cb, rv_actor_record *ar) {
+    ar->beats += 1;
+    rv_store_relaxed_u64(&cb->heartbeat, ar->beats);
+}
+
+/* The idle step: if nothing the slot depends on moved since its last full step (host_seq: one shared-region
+ * load; device_seq and the kernel-to-kernel ring: local), it returns at once; an Active slot beats at most once
+ * per RV_IDLE_BEAT_NS. Returns 1 if the step is done. */
+RV_FN int rv_actor_idle(const rv_grid_view *g, rv_control_block *cb, rv_actor_record *ar, uint32_t slot,
+                        uint32_t host_seq, uint32_t device_seq) {
+    if (ar->quiet == RV_QUIET_NO || host_seq != ar->seen_host_seq || device_seq != ar->seen_device_seq) return 0;
+    if (rv_k2k_waiting(g, slot)) return 0;
+    if (ar->quiet == RV_QUIET_ACTIVE) {
+        uint64_t now = rv_grid_now_ns(g);
+        if (now >= ar->next_beat_ns) {
+            /* an injected device stall stops every heartbeat (read here, at the idle beat rate only) */
+            if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 1;
+            ar->next_beat_ns = now + RV_IDLE_BEAT_NS;
+            rv_beat(cb, ar);
+        }
+    }
+    return 1;
+}
+
 RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
     if (slot >= g->slot_count) return 0;
-    if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
     rv_control_block *cb = &g->blocks[slot];
+    rv_actor_record *ar = &g->actors[slot];
+    /* Both sequence numbers first: whatever is published after they are read makes the next step a full one. */
+    uint32_t host_seq = rv_load_acquire_u32(&cb->host_seq);
+    uint32_t device_seq = rv_load_acquire_dev_u32(&g->sv[slot].device_seq);
+    if (rv_actor_idle(g, cb, ar, slot, host_seq, device_seq)) return 0;
+    ar->quiet = RV_QUIET_NO;
+    ar->seen_host_seq = host_seq;
+    ar->seen_device_seq = device_seq;
+    if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (rv_load_acquire_u32(&cb->fault_flags) & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
@@ -428,7 +475,10 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
     }
     uint32_t state = rv_load_acquire_u32(&cb->state);
-    if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) return out;
+    if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) {
+        if (out == 0) ar->quiet = RV_QUIET_STOPPED;
+        return out;
+    }
     /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
      * a message seen here is seen with every fault injected before it was sent. */
     uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
@@ -550,11 +600,16 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
 
     cb->hlc = ctx.hlc;
     if (done > 0) out |= RV_STEP_PROGRESS;
-    if (!stalled || done > 0) rv_store_relaxed_u64(&cb->heartbeat, cb->heartbeat + 1);
+    if (!stalled || done > 0) rv_beat(cb, ar);
     if (state == RV_STATE_DRAINING && head == limit && !k2k_pending && !stalled) {
         rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
         rv_raise_attention(g, slot);
         out |= RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+    }
+    /* Nothing done, nothing waiting, no stall: idle steps until host_seq, device_seq or the ring moves. */
+    if (out == 0 && !stalled && !k2k_pending && head == limit && state == RV_STATE_ACTIVE) {
+        ar->quiet = RV_QUIET_ACTIVE;
+        ar->next_beat_ns = rv_grid_now_ns(g) + RV_IDLE_BEAT_NS;
     }
     return out;
 }
@@ -780,6 +835,13 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
     }
 }
 
+/* Block 0 changed something of `slot` that its actor must notice (a request, a re-creation): the actor's next
+ * step is a full one. */
+RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
+    rv_sv_record *rec = &g->sv[slot];
+    rv_store_release_dev_u32(&rec->device_seq, rec->device_seq + 1);
+}
+
 /* Looks at a slot whose actor raised attention: completes a pending command, reports a state change. */
 RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
@@ -840,6 +902,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
             uint32_t b = rv_ctz_u32(bits);
             bits &= bits - 1;
             rv_sv_attend(g, w * 32 + b);
+            rv_touch_slot(g, w * 32 + b);
             out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
         }
     }
@@ -865,6 +928,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
         rv_command cmd;
         rv_copy16(&cmd, &g->commands[head & (g->command_capacity - 1)], sizeof(rv_command) / 16);
         rv_sv_execute(g, &cmd);
+        if (cmd.slot < g->slot_count) rv_touch_slot(g, cmd.slot);
         rv_store_release_u32(&h->command_head, head + 1);
         rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);
         rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);

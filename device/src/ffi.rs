@@ -55,4 +55,5 @@ extern "C" {
         clock_skew_ns: i64,
     );
     pub fn rv_emu_clock(out: *mut u64, clock_skew_ns: i64);
+    pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, reset: i32);
 }

@@ -30,6 +30,14 @@ pub const RV_HOST_ENDPOINT: u32 = 0xFFFF_FFFF;
 pub const RV_MAX_SENDS_PER_MESSAGE: u32 = 4;
 /// Most commands block 0 carries out in one step (its heartbeat moves after each).
 pub const RV_COMMANDS_PER_STEP: u32 = 1024;
+/// An idle Active actor's heartbeat interval.
+pub const RV_IDLE_BEAT_NS: u64 = 1_000_000;
+/// `rv_actor_record.quiet`: the next step is a full one.
+pub const RV_QUIET_NO: u32 = 0;
+/// `rv_actor_record.quiet`: idle and not running.
+pub const RV_QUIET_STOPPED: u32 = 1;
+/// `rv_actor_record.quiet`: idle and Active (beats at the idle rate).
+pub const RV_QUIET_ACTIVE: u32 = 2;
 
 /// Slot lifecycle states.
 pub const RV_STATE_DORMANT: u32 = 0;
@@ -165,7 +173,8 @@ pub struct RawControlBlock {
     // line 3: host-written indices
     pub inbox_tail: u32,
     pub outbox_head: u32,
-    pub host_index_reserved: [u8; 56],
+    pub host_seq: u32,
+    pub host_index_reserved: [u8; 52],
 }
 
 /// `rv_command`: one record of the command ring (host to block 0).
@@ -228,7 +237,9 @@ pub struct RawGridHeader {
     pub off_k2k_cells: u64,
     pub off_state: u64,
     pub clock_offset_ns: i64,
-    pub config_reserved: [u8; 48],
+    pub off_actor_records: u64,
+    pub off_doorbells: u64,
+    pub config_reserved: [u8; 32],
     pub terminate: u32,
     pub device_faults: u32,
     pub host_reserved: [u8; 56],
@@ -255,13 +266,27 @@ pub struct RawLocalHeader {
     pub reserved: [u8; 60],
 }
 
+/// `rv_actor_record`: the actor's own record of a slot (local region).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct RawActorRecord {
+    pub seen_host_seq: u32,
+    pub seen_device_seq: u32,
+    pub quiet: u32,
+    pub reserved0: u32,
+    pub beats: u64,
+    pub next_beat_ns: u64,
+    pub reserved: [u8; 32],
+}
+
 /// `rv_sv_record`: block 0's private record of a slot (local region).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
 pub struct RawSvRecord {
     pub pending_op: u32,
     pub reported_state: u32,
-    pub reserved: [u8; 56],
+    pub device_seq: u32,
+    pub reserved: [u8; 52],
     pub pending: RawCommand,
 }
 
@@ -306,6 +331,7 @@ const _: () = {
     assert!(size_of::<RawEvent>() == 64);
     assert!(size_of::<RawGridHeader>() == 576 && align_of::<RawGridHeader>() == 64);
     assert!(size_of::<RawLocalHeader>() == 64);
+    assert!(size_of::<RawActorRecord>() == 64);
     assert!(size_of::<RawSvRecord>() == 192);
     assert!(size_of::<RawK2kMeta>() == 128);
     assert!(size_of::<RawK2kCell>() == 144);

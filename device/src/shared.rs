@@ -147,10 +147,21 @@ impl SharedGrid {
         unsafe { load_u32(addr_of_mut!((*self.block(slot)).inbox_head), Ordering::Acquire) }
     }
 
-    /// Publishes the host's inbox tail of `slot` (the caller holds the slot's send lock).
+    /// Publishes the host's inbox tail of `slot` (the caller holds the slot's send lock), and tells the actor.
     pub(crate) fn publish_inbox_tail(&self, slot: u32, tail: u32) {
         // SAFETY: aligned, host-owned field of a live control block.
         unsafe { store_u32(addr_of_mut!((*self.block(slot)).inbox_tail), tail, Ordering::Release) }
+        self.notify_actor(slot);
+    }
+
+    /// Bumps `host_seq` of `slot` after a write its actor must notice: an idle actor reads only that word, and
+    /// its next step is a full one. A read-modify-write between host threads (senders and fault injectors may
+    /// race); the device only loads the word.
+    fn notify_actor(&self, slot: u32) {
+        // SAFETY: aligned, host-owned field of a live control block; AtomicU32 has u32's layout, and every host
+        // access to the field is atomic.
+        let seq = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr_of_mut!((*self.block(slot)).host_seq)) };
+        seq.fetch_add(1, Ordering::Release);
     }
 
     /// The device's outbox tail of `slot` (one past the last published reply).
@@ -173,6 +184,7 @@ impl SharedGrid {
             store_u32(addr_of_mut!((*b).fault_flags), flags, Ordering::Release);
             store_u32(addr_of_mut!((*b).fault_seq), seq, Ordering::Release);
         }
+        self.notify_actor(slot);
     }
 
     /// Records the op of the command the host has in flight for `slot` (diagnostics only).

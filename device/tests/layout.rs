@@ -75,6 +75,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             device_reserved,
             inbox_tail,
             outbox_head,
+            host_seq,
             host_index_reserved,
         ]
     );
@@ -132,6 +133,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             off_k2k_cells,
             off_state,
             clock_offset_ns,
+            off_actor_records,
+            off_doorbells,
             config_reserved,
             terminate,
             device_faults,
@@ -152,7 +155,13 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
         ]
     );
     fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, reserved]);
-    fields!(m, "rv_sv_record", RawSvRecord, [pending_op, reported_state, reserved, pending]);
+    fields!(m, "rv_sv_record", RawSvRecord, [pending_op, reported_state, device_seq, reserved, pending]);
+    fields!(
+        m,
+        "rv_actor_record",
+        RawActorRecord,
+        [seen_host_seq, seen_device_seq, quiet, reserved0, beats, next_beat_ns, reserved]
+    );
     fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, pad0, head, pad1]);
     fields!(m, "rv_k2k_cell", RawK2kCell, [seq, reserved, env]);
     fields!(
@@ -173,6 +182,10 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_HOST_ENDPOINT,
             RV_MAX_SENDS_PER_MESSAGE,
             RV_COMMANDS_PER_STEP,
+            RV_IDLE_BEAT_NS,
+            RV_QUIET_NO,
+            RV_QUIET_STOPPED,
+            RV_QUIET_ACTIVE,
             RV_STATE_DORMANT,
             RV_STATE_INITIALIZING,
             RV_STATE_ACTIVE,

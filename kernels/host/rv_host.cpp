@@ -67,4 +67,11 @@ extern "C" void rv_emu_clock(uint64_t *out, int64_t clock_skew_ns) {
     rv_host_clock_skew_ns = 0;
 }
 
+/* The calling thread's system-scope (shared-region) loads and stores since its last reset (see rv_port.h). */
+extern "C" void rv_host_shared_accesses(uint64_t *loads, uint64_t *stores, int reset) {
+    *loads = rv_host_shared_loads;
+    *stores = rv_host_shared_stores;
+    if (reset) rv_host_shared_loads = rv_host_shared_stores = 0;
+}
+
 #include "rv_layout_report.inc"

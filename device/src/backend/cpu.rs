@@ -8,7 +8,7 @@
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.
 
-use super::{DirtySet, Executor};
+use super::Executor;
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
@@ -207,8 +207,9 @@ impl Executor for CpuExecutor {
         self.shared.parker.wake();
     }
 
-    fn dirty_slots(&self) -> Option<&DirtySet> {
-        Some(&self.shared.dirty)
+    fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {
+        self.shared.dirty.drain(mark);
+        true
     }
 
     fn shutdown(&self) {
@@ -273,6 +274,46 @@ impl Drop for HostRegion {
     }
 }
 
+/// A bitmap of slots that may have replies waiting, set by the workers and drained by the host poller.
+pub(crate) struct DirtySet {
+    words: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+impl DirtySet {
+    pub(crate) fn new(slots: u32) -> Self {
+        let words = (slots as usize).div_ceil(64);
+        Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect() }
+    }
+
+    pub(crate) fn mark(&self, slot: u32) {
+        use std::sync::atomic::Ordering;
+        let w = &self.words[(slot / 64) as usize];
+        let bit = 1u64 << (slot % 64);
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Calls `f` for each marked slot, clearing the marks first. Returns how many there were.
+    pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
+        use std::sync::atomic::Ordering;
+        let mut n = 0;
+        for (i, w) in self.words.iter().enumerate() {
+            if w.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = w.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f(i as u32 * 64 + b);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +357,33 @@ mod tests {
             // SAFETY: the view is valid and no other thread runs block 0.
             unsafe { ffi::rv_supervisor_step(self.view) };
         }
+
+        fn step_actor(&self, slot: u32) -> u32 {
+            // SAFETY: the view is valid and no other thread runs this slot.
+            unsafe { ffi::rv_actor_step(self.view, slot, 64) }
+        }
+
+        fn create(&self, index: u32, slot: u32, behaviour: u32) {
+            let cmd = RawCommand {
+                op: RV_OP_CREATE,
+                slot,
+                expected_generation: 0,
+                behaviour,
+                cmd_id: u64::from(index) + 1,
+                inbox_index: 0,
+                init_len: 0,
+                init: [0; RV_INIT_BYTES as usize],
+            };
+            self.grid.write_command(index, &cmd);
+        }
+    }
+
+    /// This thread's shared-region (system-scope) loads and stores since the last call.
+    fn shared_accesses() -> (u64, u64) {
+        let (mut loads, mut stores) = (0, 0);
+        // SAFETY: writes two integers.
+        unsafe { ffi::rv_host_shared_accesses(&mut loads, &mut stores, 1) };
+        (loads, stores)
     }
 
     impl Drop for HandStepped {
@@ -330,17 +398,7 @@ mod tests {
         const COMMANDS: u32 = 2500;
         let d = HandStepped::new(COMMANDS);
         for slot in 0..COMMANDS {
-            let cmd = RawCommand {
-                op: RV_OP_CREATE,
-                slot,
-                expected_generation: 0,
-                behaviour: 1, // echo
-                cmd_id: u64::from(slot) + 1,
-                inbox_index: 0,
-                init_len: 0,
-                init: [0; RV_INIT_BYTES as usize],
-            };
-            d.grid.write_command(slot, &cmd);
+            d.create(slot, slot, 1); // echo
         }
         d.grid.publish_command_tail(COMMANDS);
         let per_step = RV_COMMANDS_PER_STEP;
@@ -355,5 +413,63 @@ mod tests {
         }
         d.step_block0();
         assert_eq!(d.grid.command_head(), COMMANDS, "the rest in the next step");
+    }
+
+    /// On a GPU every shared-region access of an actor's step crosses PCIe: an idle Active actor's step reads one
+    /// word (`host_seq`) and writes nothing but its heartbeat, at most once per `RV_IDLE_BEAT_NS`; a message
+    /// (which bumps `host_seq`) makes the next step a full one.
+    #[test]
+    fn an_idle_active_actors_step_reads_one_shared_word_and_beats_at_a_bounded_rate() {
+        let d = HandStepped::new(2);
+        d.create(0, 0, 1); // echo
+        d.grid.publish_command_tail(1);
+        d.step_block0();
+        for _ in 0..4 {
+            d.step_actor(0); // the first full steps settle the slot
+        }
+        const STEPS: u64 = 100_000;
+        shared_accesses();
+        let started = std::time::Instant::now();
+        for _ in 0..STEPS {
+            assert_eq!(d.step_actor(0), 0, "idle");
+        }
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let (loads, stores) = shared_accesses();
+        let beats = stores; // the heartbeat is the only store
+        assert!(beats <= elapsed_ms + 1, "{beats} heartbeats in {elapsed_ms} ms");
+        // one load per step, plus the device-fault check at each beat
+        assert!(loads <= STEPS + beats, "{loads} shared loads in {STEPS} idle steps");
+        assert!(loads >= STEPS, "the idle step reads host_seq: {loads}");
+
+        // a message wakes it: the step after it is a full one and replies
+        let env = RawEnvelope { kind: RV_KIND_USER as u8, payload_len: 8, correlation: 7, ..zeroed_envelope() };
+        d.grid.write_inbox(0, 0, &env);
+        d.grid.publish_inbox_tail(0, 1);
+        assert_ne!(d.step_actor(0) & RV_STEP_REPLIED, 0, "the message is processed at once");
+        let (loads, _) = shared_accesses();
+        assert!(loads > 3, "a full step: {loads} loads");
+    }
+
+    fn zeroed_envelope() -> RawEnvelope {
+        // SAFETY: plain data; all-zero is a valid envelope.
+        unsafe { std::mem::zeroed() }
+    }
+
+    /// Events are built on block 0's stack and copied into the ring 16 bytes at a time: what the host reads is
+    /// what was built (a copy through a cast to a 16-byte struct once let the compiler drop the stores).
+    #[test]
+    fn an_event_copied_into_the_ring_carries_every_field() {
+        let d = HandStepped::new(2);
+        d.create(0, 1, 2); // counter in slot 1
+        d.grid.publish_command_tail(1);
+        d.step_block0();
+        let e = d.grid.read_event(0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        assert_eq!(
+            (e.kind, e.slot, e.generation, e.state, e.cmd_id, e.op),
+            (RV_EVT_CREATED, 1, 1, RV_STATE_ACTIVE, 1, RV_OP_CREATE)
+        );
+        assert_eq!((e.code, e.failed_index, e.messages_processed), (0, RV_NO_INDEX, 0));
+        assert!(now.abs_diff(e.time_ns) < 60_000_000_000, "time {} vs {now}", e.time_ns);
     }
 }

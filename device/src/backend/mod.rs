@@ -92,8 +92,9 @@ pub(crate) trait Executor: Send + Sync {
     fn shared_base(&self) -> *mut u8;
     /// The host wrote a command or a message: make sure someone will look soon.
     fn wake(&self);
-    /// Marks where replies may be waiting; `None` if the executor cannot tell (sweep every live slot).
-    fn dirty_slots(&self) -> Option<&DirtySet>;
+    /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
+    /// caller). False if the executor cannot tell: the poller sweeps every slot.
+    fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
     /// A short description for logs and benchmarks.
@@ -118,44 +119,4 @@ pub(crate) fn compute_layout(params: &RawGridParams) -> Result<RawGridHeader, De
         )));
     }
     Ok(header)
-}
-
-/// A bitmap of slots that may have replies waiting, set by executors and drained by the host poller.
-pub struct DirtySet {
-    words: Box<[std::sync::atomic::AtomicU64]>,
-}
-
-impl DirtySet {
-    pub(crate) fn new(slots: u32) -> Self {
-        let words = (slots as usize).div_ceil(64);
-        Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect() }
-    }
-
-    pub(crate) fn mark(&self, slot: u32) {
-        use std::sync::atomic::Ordering;
-        let w = &self.words[(slot / 64) as usize];
-        let bit = 1u64 << (slot % 64);
-        if w.load(Ordering::Relaxed) & bit == 0 {
-            w.fetch_or(bit, Ordering::AcqRel);
-        }
-    }
-
-    /// Calls `f` for each marked slot, clearing the marks first. Returns how many there were.
-    pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
-        use std::sync::atomic::Ordering;
-        let mut n = 0;
-        for (i, w) in self.words.iter().enumerate() {
-            if w.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut bits = w.swap(0, Ordering::AcqRel);
-            while bits != 0 {
-                let b = bits.trailing_zeros();
-                bits &= bits - 1;
-                f(i as u32 * 64 + b);
-                n += 1;
-            }
-        }
-        n
-    }
 }

@@ -97,11 +97,8 @@ impl DeviceInner {
             }
             work = true;
         }
-        match self.executor.dirty_slots() {
-            Some(dirty) => {
-                dirty.drain(|s| sweep.push(s));
-            }
-            None => sweep.extend(0..self.grid.slot_count()),
+        if !self.executor.dirty_slots(&mut |s| sweep.push(s)) {
+            sweep.extend(0..self.grid.slot_count());
         }
         for &slot in sweep.iter() {
             work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize]);

@@ -31,7 +31,7 @@ pub mod nvrtc;
 mod real;
 pub mod source;
 
-use super::{DirtySet, Executor};
+use super::Executor;
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use crate::layout::{RawGridHeader, RV_DEVICE_HALT};
@@ -127,6 +127,11 @@ pub(crate) struct CudaExecutor {
     launcher: Mutex<Option<JoinHandle<()>>>,
     description: String,
     stopped: AtomicBool,
+    /// The blocks' doorbells (shared region) and the count last seen of each (block 0's unused).
+    doorbells: *const u32,
+    doorbells_seen: Mutex<Vec<u32>>,
+    slots_per_block: u32,
+    slot_count: u32,
 }
 
 // SAFETY: `shared_host` points into mapped memory owned by the executor's Resources, freed only in `Drop`
@@ -201,6 +206,11 @@ impl CudaExecutor {
         match started {
             Ok((shared_host, launch, description)) => {
                 let state = Arc::new(LaunchState { failure: Mutex::new(None), resources: Mutex::new(Some(res)) });
+                let KernelArgs::Persistent { slots_per_block, .. } = launch.args else {
+                    unreachable!("start_in returns the persistent launch")
+                };
+                // SAFETY: off_doorbells is inside the shared region (rv_compute_layout).
+                let doorbells = unsafe { shared_host.add(header.off_doorbells as usize) } as *const u32;
                 let executor = Self {
                     driver: driver.clone(),
                     shared_host,
@@ -208,6 +218,10 @@ impl CudaExecutor {
                     launcher: Mutex::new(None),
                     description,
                     stopped: AtomicBool::new(false),
+                    doorbells,
+                    doorbells_seen: Mutex::new(vec![0; launch.grid as usize]),
+                    slots_per_block,
+                    slot_count: header.slot_count,
                 };
                 executor.launch(launch, mode, config.start_timeout)?;
                 Ok(executor)
@@ -411,11 +425,24 @@ impl Executor for CudaExecutor {
     }
 
     fn wake(&self) {
-        // The kernel polls with a bounded backoff (at most ~8 us); nothing to do.
+        // The host's writes an actor must notice bump that slot's host_seq, which its block reads on every
+        // sweep (an idle block backs off at most ~8 us): the write itself is the wake-up.
     }
 
-    fn dirty_slots(&self) -> Option<&DirtySet> {
-        None
+    fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {
+        let mut seen = crate::sync::lock(&self.doorbells_seen);
+        let base = self.doorbells as *mut u32;
+        for (i, last) in seen.iter_mut().enumerate().skip(1) {
+            // SAFETY: `doorbells` has an entry per block of the grid (the layout sizes it for slot_count + 1
+            // blocks); the kernel writes it with release stores.
+            let now = unsafe { crate::shared::load_u32(base.add(i), Ordering::Acquire) };
+            if now != *last {
+                *last = now;
+                let first = (i as u32 - 1) * self.slots_per_block;
+                (first..(first + self.slots_per_block).min(self.slot_count)).for_each(&mut *mark);
+            }
+        }
+        true
     }
 
     fn failure(&self) -> Option<String> {
