@@ -83,3 +83,54 @@ fn a_layout_that_differs_from_the_host_s_does_not_build() {
     let err = nvrtc::compile(&program, "ringvisor.cu", 8, 0, nvrtc::Output::Ptx).unwrap_err();
     assert!(err.to_string().contains("planted"), "{err}");
 }
+
+/// What ptxas says about `kernel` in a `--ptxas-options=-v` log: (registers, stack frame, spill stores, spill
+/// loads).
+fn usage_of(log: &str, kernel: &str) -> Option<(u32, u32, u32, u32)> {
+    let lines: Vec<&str> = log.lines().collect();
+    let at = lines.iter().position(|l| l.contains("Function properties for") && l.contains(kernel))?;
+    let number_before = |line: &str, unit: &str| -> Option<u32> {
+        let i = line.find(unit)?;
+        line[..i].split_whitespace().last()?.parse().ok()
+    };
+    let frame_line = lines[at + 1..].iter().find(|l| l.contains("stack frame"))?;
+    let regs_line = lines[at + 1..].iter().find(|l| l.contains("registers"))?;
+    Some((
+        number_before(regs_line, "registers")?,
+        number_before(frame_line, "bytes stack frame")?,
+        number_before(frame_line, "bytes spill stores")?,
+        number_before(frame_line, "bytes spill loads")?,
+    ))
+}
+
+/// The persistent kernel is launched with 32 threads per block and a grid sized by the occupancy query: it
+/// must not spill registers to local memory (every spill is a memory round trip in the protocol's hot loop)
+/// on any architecture NVRTC targets here. The report names the resources, for the benchmarks' notes.
+#[test]
+fn the_persistent_kernel_does_not_spill_registers_on_sm70_sm80_sm90() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let program = cuda_source::program(&behaviours()).unwrap();
+    let supported = nvrtc::supported_archs().unwrap();
+    for arch in [70u32, 80, 90].into_iter().filter(|a| supported.contains(a)) {
+        let log = nvrtc::resource_report(&program, arch / 10, arch % 10).unwrap();
+        for kernel in ["rv_persistent_kernel", "rv_init_kernel", "rv_clock_kernel"] {
+            let (regs, frame, spill_stores, spill_loads) =
+                usage_of(&log, kernel).unwrap_or_else(|| panic!("sm_{arch}: no report for {kernel}:\n{log}"));
+            eprintln!(
+                "sm_{arch} {kernel}: {regs} registers, {frame} B stack frame, spills {spill_stores}/{spill_loads}"
+            );
+            assert!(regs <= 255, "sm_{arch} {kernel}: {regs} registers");
+            assert_eq!((spill_stores, spill_loads), (0, 0), "sm_{arch} {kernel} spills:\n{log}");
+        }
+    }
+}
+
+#[test]
+fn the_resource_report_parser_reads_ptxas_output() {
+    let log = "ptxas info    : Compiling entry function 'k' for 'sm_80'\nptxas info    : Function properties for k\n\
+               ptxas         .     256 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n\
+               ptxas info    : Used 40 registers, 360 bytes cmem[0]\n";
+    assert_eq!(usage_of(log, "k"), Some((40, 256, 8, 4)));
+}

@@ -48,6 +48,24 @@ pub fn supported_archs() -> Result<Vec<u32>, DeviceError> {
 /// Compiles `source` for compute capability `major.minor` (at least 7.0: the protocol uses `__nanosleep` and
 /// acquire/release PTX).
 pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output) -> Result<Vec<u8>, DeviceError> {
+    compile_with_log(source, name, major, minor, output, &[]).map(|(image, _)| image)
+}
+
+/// Resource use of each kernel of `source` as ptxas reports it for `sm_{major}{minor}` (registers, stack
+/// frame, spill stores and loads): the compile log of a CUBIN build with `--ptxas-options=-v`.
+pub fn resource_report(source: &str, major: u32, minor: u32) -> Result<String, DeviceError> {
+    compile_with_log(source, "ringvisor.cu", major, minor, Output::Cubin, &["--ptxas-options=-v"]).map(|(_, log)| log)
+}
+
+/// [`compile`] with `extra` options; also returns the compile log.
+pub fn compile_with_log(
+    source: &str,
+    name: &str,
+    major: u32,
+    minor: u32,
+    output: Output,
+    extra: &[&str],
+) -> Result<(Vec<u8>, String), DeviceError> {
     if major < 7 {
         return Err(DeviceError::InvalidConfig(format!("compute capability {major}.{minor} is below 7.0")));
     }
@@ -64,8 +82,9 @@ pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output)
     };
     let options: Vec<CString> = [arch.as_str(), "--std=c++17", "-default-device"]
         .iter()
-        .map(|o| CString::new(*o).expect("no NUL in options"))
-        .collect();
+        .chain(extra)
+        .map(|o| CString::new(*o).map_err(|_| DeviceError::InvalidConfig(format!("option {o:?} contains NUL"))))
+        .collect::<Result<_, _>>()?;
     let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings; no headers are passed (the program is flattened).
@@ -101,7 +120,7 @@ pub fn compile(source: &str, name: &str, major: u32, minor: u32, output: Output)
                 }
             }
         }
-        Ok(buf)
+        Ok((buf, log(prog)))
     })();
     // SAFETY: destroys the program created above, once.
     unsafe { sys::nvrtcDestroyProgram(&mut prog) };
