@@ -48,6 +48,7 @@
 #define RV_OP_RESTART 3u
 #define RV_OP_DRAIN 4u
 #define RV_OP_RESUME 5u
+#define RV_OP_INIT 6u /* block 0's record only: a creation waits for the actor's block to run the init */
 
 /* Events, block 0 -> host. */
 #define RV_EVT_CREATED 1u       /* slot Active after Create */
@@ -272,7 +273,13 @@ typedef struct RV_ALIGN(64) rv_sv_record {
     uint32_t pending_op;     /* a command waiting for the actor to acknowledge a request */
     uint32_t reported_state; /* the state the host was last told about */
     uint32_t device_seq;     /* block 0 bumps it (release) after every change to the slot the actor must notice */
-    uint8_t reserved[52];
+    /* a creation whose behaviour init the actor's own block runs (pending_op RV_OP_INIT): what its event says */
+    uint32_t init_event;        /* RV_EVT_CREATED or RV_EVT_RESTARTED */
+    uint32_t init_old_head;     /* the previous incarnation's inbox head */
+    uint32_t init_old_failed;   /* ... and failed index */
+    uint32_t init_dropped;      /* kernel-to-kernel messages discarded by the re-creation */
+    uint64_t init_old_processed; /* the previous incarnation's messages_processed */
+    uint8_t reserved[24];
     rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */
 } rv_sv_record;
 

@@ -423,6 +423,8 @@ RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell 
     meta->head = khead + 1;
 }
 
+RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_block *cb); /* block 0's section */
+
 /* True if a kernel-to-kernel message waits in `slot`'s ring (local region only). */
 RV_FN int rv_k2k_waiting(const rv_grid_view *g, uint32_t slot) {
     uint32_t khead = g->k2k_meta[slot].head;
@@ -475,6 +477,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
     }
     uint32_t state = rv_load_acquire_u32(&cb->state);
+    if (state == RV_STATE_INITIALIZING) return out | rv_actor_init(g, slot, cb);
     if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) {
         if (out == 0) ar->quiet = RV_QUIET_STOPPED;
         return out;
@@ -742,8 +745,26 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     if ((int32_t)(consumed_end - start) > 0) start = consumed_end;
     rv_store_release_u32(&cb->inbox_head, start);
 
+    /* The behaviour's init runs on the actor's own block (rv_actor_init): a slow or stuck init never holds
+     * block 0. The command and what its event will say wait in block 0's record; pending_op is published last. */
+    if (&rec->pending != cmd) rec->pending = *cmd;
+    rec->init_event = success_kind;
+    rec->init_old_head = old_head;
+    rec->init_old_failed = old_failed;
+    rec->init_dropped = dropped;
+    rec->init_old_processed = old_processed;
+    rv_store_release_dev_u32(&rec->pending_op, RV_OP_INIT);
+}
+
+/* On the actor's block: runs the behaviour's init for a creation block 0 prepared (state Initializing, pending_op
+ * RV_OP_INIT), then makes the slot Active, or Failed with the init's code, and raises attention (block 0
+ * publishes the event). */
+RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_block *cb) {
+    rv_sv_record *rec = &g->sv[slot];
+    if (rv_load_acquire_dev_u32(&rec->pending_op) != RV_OP_INIT) return 0; /* block 0 is not done preparing */
+    const rv_command *cmd = &rec->pending;
     rv_envelope init;
-    rv_zero_bytes(&init, sizeof(init));
+    rv_zero16(&init, sizeof(init) / 16);
     init.kind = RV_KIND_INIT;
     init.flags = RV_FLAG_NO_REPLY;
     init.payload_len = (uint16_t)cmd->init_len;
@@ -758,18 +779,26 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     int rc = rv_dispatch(g, cmd->behaviour, &ctx, &init);
     if (rc == RV_OK) {
         rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
-        rec->reported_state = RV_STATE_ACTIVE;
-        rv_publish_processed(g, success_kind, slot, cmd, 0, old_head, old_failed, dropped, old_processed);
     } else {
         cb->last_error = rc == RV_STALL ? RV_ERR_NOT_ALLOWED : rc;
         rv_store_release_u32(&cb->state, RV_STATE_FAILED);
-        rec->reported_state = RV_STATE_FAILED;
-        rv_publish_processed(g, RV_EVT_CREATE_FAILED, slot, cmd, cb->last_error, old_head, old_failed, dropped,
-                             old_processed);
     }
+    rv_raise_attention(g, slot);
+    return RV_STEP_PROGRESS | RV_STEP_ATTENTION;
 }
 
-/* Asks a running actor to carry out op at its next message boundary. */
+/* Block 0, on the attention an init raised: the creation's event, Created/Restarted or CreateFailed. */
+RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot, uint32_t state) {
+    rv_control_block *cb = &g->blocks[slot];
+    rv_sv_record *rec = &g->sv[slot];
+    rec->pending_op = RV_OP_NONE;
+    rec->reported_state = state;
+    uint32_t kind = state == RV_STATE_ACTIVE ? rec->init_event : RV_EVT_CREATE_FAILED;
+    int32_t code = state == RV_STATE_ACTIVE ? 0 : cb->last_error;
+    rv_publish_processed(g, kind, slot, &rec->pending, code, rec->init_old_head, rec->init_old_failed,
+                         rec->init_dropped, rec->init_old_processed);
+}
+
 RV_FN void rv_sv_request(const rv_grid_view *g, const rv_command *cmd, uint32_t op) {
     rv_control_block *cb = &g->blocks[cmd->slot];
     rv_sv_record *rec = &g->sv[cmd->slot];
@@ -846,6 +875,11 @@ RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
 RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
     rv_sv_record *rec = &g->sv[slot];
+    if (rec->pending_op == RV_OP_INIT) {
+        uint32_t state = rv_load_acquire_u32(&cb->state);
+        if (state != RV_STATE_INITIALIZING) rv_sv_init_done(g, slot, state);
+        return;
+    }
     if (rec->pending_op != RV_OP_NONE &&
         rv_load_acquire_u32(&cb->request_ack) == rv_load_relaxed_u32(&cb->request_seq)) {
         const rv_command *cmd = &rec->pending;

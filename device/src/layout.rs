@@ -54,6 +54,8 @@ pub const RV_OP_KILL: u32 = 2;
 pub const RV_OP_RESTART: u32 = 3;
 pub const RV_OP_DRAIN: u32 = 4;
 pub const RV_OP_RESUME: u32 = 5;
+/// Block 0's record only: a creation waits for the actor's block to run the behaviour's init.
+pub const RV_OP_INIT: u32 = 6;
 
 /// Event kinds (block 0 to host).
 pub const RV_EVT_CREATED: u32 = 1;
@@ -286,7 +288,12 @@ pub struct RawSvRecord {
     pub pending_op: u32,
     pub reported_state: u32,
     pub device_seq: u32,
-    pub reserved: [u8; 52],
+    pub init_event: u32,
+    pub init_old_head: u32,
+    pub init_old_failed: u32,
+    pub init_dropped: u32,
+    pub init_old_processed: u64,
+    pub reserved: [u8; 24],
     pub pending: RawCommand,
 }
 

@@ -155,7 +155,23 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
         ]
     );
     fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, reserved]);
-    fields!(m, "rv_sv_record", RawSvRecord, [pending_op, reported_state, device_seq, reserved, pending]);
+    fields!(
+        m,
+        "rv_sv_record",
+        RawSvRecord,
+        [
+            pending_op,
+            reported_state,
+            device_seq,
+            init_event,
+            init_old_head,
+            init_old_failed,
+            init_dropped,
+            init_old_processed,
+            reserved,
+            pending
+        ]
+    );
     fields!(
         m,
         "rv_actor_record",
@@ -198,6 +214,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_OP_RESTART,
             RV_OP_DRAIN,
             RV_OP_RESUME,
+            RV_OP_INIT,
             RV_EVT_CREATED,
             RV_EVT_CREATE_FAILED,
             RV_EVT_KILLED,

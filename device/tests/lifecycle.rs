@@ -230,7 +230,29 @@ fn a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running() 
     assert_eq!(i64_of(&d.call(0, &7i64.to_le_bytes(), T).unwrap()), 7, "only one message, and it was not counted");
 }
 
+/// A behaviour's init runs on the actor's own block: a slow init (two seconds of busy work here) holds neither
+/// block 0 (its heartbeat moves, other creations complete) nor other blocks' slots.
+fn a_slow_init_holds_neither_block0_nor_other_slots() {
+    let d = open(128); // slots 0 and 127 are run by different blocks (CPU groups of 64; CUDA grids of at most 8)
+    let events = d.subscribe();
+    let mut init = POISON.to_le_bytes().to_vec();
+    init.extend_from_slice(&0u32.to_le_bytes()); // init result: ok
+    init.extend_from_slice(&2_000_000_000u64.to_le_bytes()); // two seconds of busy init
+    let slow = d.create(0, "test", &init).unwrap();
+    let beat = d.stats().block0_heartbeat;
+    let e = d.create(127, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.slot), (EventKind::Created, 127));
+    assert!(d.stats().block0_heartbeat > beat, "block 0 kept beating");
+    assert_eq!(i64_of(&d.call(127, &5i64.to_le_bytes(), T).unwrap()), 5);
+    while let Some(e) = events.recv_timeout(Duration::ZERO) {
+        assert_ne!(e.event.slot, 0, "slot 0's init is still running: {e:?}");
+    }
+    let e = slow.wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.slot, e.event.state), (EventKind::Created, 0, SlotState::Active));
+}
+
 on_every_backend!(
+    a_slow_init_holds_neither_block0_nor_other_slots,
     create_call_and_generation_bump_on_restart,
     kv_store_put_get_delete,
     kill_hands_back_unconsumed_messages_and_rejects_new_ones,

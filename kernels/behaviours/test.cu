@@ -1,7 +1,8 @@
 /*
  * test: a behaviour for fault tests.
  *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON), then an optional int32 init result
- *            (non-zero: creation fails with that code);
+ *            (non-zero: creation fails with that code), then an optional uint64 busy time in ns (the init
+ *            spins that long: a slow initialisation);
  *   a message whose first 8 bytes equal the poison value fails the actor with RV_ERR_POISON;
  *   otherwise the first uint32 is an op:
  *     1 echo             reply with the payload
@@ -27,6 +28,11 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
     if (msg->kind == RV_KIND_INIT) {
         s->poison = msg->payload_len >= 8 ? rv_read_u64(msg->payload) : RV_TEST_DEFAULT_POISON;
         int init_result = msg->payload_len >= 12 ? (int)rv_read_u32(msg->payload + 8) : RV_OK;
+        if (msg->payload_len >= 20) {
+            uint64_t until = rv_clock_ns(ctx) + rv_read_u64(msg->payload + 12);
+            while (rv_clock_ns(ctx) < until) {
+            }
+        }
         return init_result > 0 ? init_result : RV_OK;
     }
     if (msg->payload_len >= 8 && rv_read_u64(msg->payload) == s->poison) return RV_ERR_POISON;

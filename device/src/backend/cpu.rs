@@ -364,8 +364,12 @@ mod tests {
         }
 
         fn create(&self, index: u32, slot: u32, behaviour: u32) {
+            self.command(index, RV_OP_CREATE, slot, behaviour);
+        }
+
+        fn command(&self, index: u32, op: u32, slot: u32, behaviour: u32) {
             let cmd = RawCommand {
-                op: RV_OP_CREATE,
+                op,
                 slot,
                 expected_generation: 0,
                 behaviour,
@@ -398,7 +402,7 @@ mod tests {
         const COMMANDS: u32 = 2500;
         let d = HandStepped::new(COMMANDS);
         for slot in 0..COMMANDS {
-            d.create(slot, slot, 1); // echo
+            d.command(slot, RV_OP_KILL, slot, 0); // a kill of a dormant slot: answered at once (an error event)
         }
         d.grid.publish_command_tail(COMMANDS);
         let per_step = RV_COMMANDS_PER_STEP;
@@ -424,6 +428,8 @@ mod tests {
         d.create(0, 0, 1); // echo
         d.grid.publish_command_tail(1);
         d.step_block0();
+        d.step_actor(0); // the init
+        d.step_block0(); // the Created event
         for _ in 0..4 {
             d.step_actor(0); // the first full steps settle the slot
         }
@@ -462,7 +468,10 @@ mod tests {
         let d = HandStepped::new(2);
         d.create(0, 1, 2); // counter in slot 1
         d.grid.publish_command_tail(1);
-        d.step_block0();
+        d.step_block0(); // prepares the creation
+        assert_eq!(d.grid.event_tail(), 0, "the init runs on the actor's block");
+        assert_ne!(d.step_actor(1) & RV_STEP_ATTENTION, 0, "the init ran");
+        d.step_block0(); // publishes the event
         let e = d.grid.read_event(0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
         assert_eq!(
