@@ -33,9 +33,10 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
     uint32_t rings = block > 0 ? rv_load_relaxed_u32(&v->doorbells[block]) : 0;
     uint32_t backoff_ns = 0;
     for (uint64_t it = 0; max_iterations == 0 || it < max_iterations; ++it) {
-        if (rv_load_acquire_u32(&v->header->terminate) != 0) break;
-        /* An injected halt: the kernel leaves for good and the device stops answering (device lost). */
-        if (rv_load_acquire_u32(&v->header->device_faults) & RV_DEVICE_HALT) break;
+        /* terminate and device_faults are adjacent in the header: one 64-bit load reads both (one PCIe read on a
+         * GPU). An injected halt: the kernel leaves for good and the device stops answering (device lost). */
+        uint64_t flags = rv_load_acquire_u64((const uint64_t *)&v->header->terminate);
+        if ((uint32_t)flags != 0 || ((uint32_t)(flags >> 32) & RV_DEVICE_HALT)) break;
         uint32_t progress = 0;
         if (block == 0) {
             uint32_t started = rv_load_relaxed_dev_u32(&v->local_header->blocks_started);

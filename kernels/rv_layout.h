@@ -327,6 +327,9 @@ RV_STATIC_ASSERT(sizeof(rv_command) == 128, "command is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_event) == 64, "event is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_grid_header) == 576, "grid header is 576 bytes");
 RV_STATIC_ASSERT(sizeof(rv_local_header) == 64, "local header is 64 bytes");
+RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
+                     RV_OFFSETOF(rv_grid_header, device_faults) == RV_OFFSETOF(rv_grid_header, terminate) + 4,
+                 "terminate and device_faults are read with one 64-bit load (little-endian: terminate low)");
 RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_sv_record) == 192, "supervisor record is 192 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");

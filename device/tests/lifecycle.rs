@@ -237,6 +237,7 @@ fn a_slow_init_holds_neither_block0_nor_other_slots() {
     let events = d.subscribe();
     let mut init = POISON.to_le_bytes().to_vec();
     init.extend_from_slice(&0u32.to_le_bytes()); // init result: ok
+    init.extend_from_slice(b"SLOW"); // the test behaviour's slow-init marker
     init.extend_from_slice(&2_000_000_000u64.to_le_bytes()); // two seconds of busy init
     let slow = d.create(0, "test", &init).unwrap();
     let beat = d.stats().block0_heartbeat;

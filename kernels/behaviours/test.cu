@@ -1,8 +1,9 @@
 /*
  * test: a behaviour for fault tests.
  *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON), then an optional int32 init result
- *            (non-zero: creation fails with that code), then an optional uint64 busy time in ns (the init
- *            spins that long: a slow initialisation);
+ *            (non-zero: creation fails with that code), then optionally the marker RV_TEST_SLOW_INIT and a
+ *            uint64 busy time in ns (the init spins that long, at most RV_TEST_SLOW_INIT_MAX_NS: a slow
+ *            initialisation; the marker keeps random init bytes from making one);
  *   a message whose first 8 bytes equal the poison value fails the actor with RV_ERR_POISON;
  *   otherwise the first uint32 is an op:
  *     1 echo             reply with the payload
@@ -18,6 +19,8 @@
 #define RV_TEST_FAIL 2u
 #define RV_TEST_STALL 3u
 #define RV_TEST_FORWARD 4u
+#define RV_TEST_SLOW_INIT 0x574F4C53u /* "SLOW" */
+#define RV_TEST_SLOW_INIT_MAX_NS 10000000000ull
 
 typedef struct rv_test_state {
     uint64_t poison;
@@ -28,8 +31,9 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
     if (msg->kind == RV_KIND_INIT) {
         s->poison = msg->payload_len >= 8 ? rv_read_u64(msg->payload) : RV_TEST_DEFAULT_POISON;
         int init_result = msg->payload_len >= 12 ? (int)rv_read_u32(msg->payload + 8) : RV_OK;
-        if (msg->payload_len >= 20) {
-            uint64_t until = rv_clock_ns(ctx) + rv_read_u64(msg->payload + 12);
+        if (msg->payload_len >= 24 && rv_read_u32(msg->payload + 12) == RV_TEST_SLOW_INIT) {
+            uint64_t busy = rv_read_u64(msg->payload + 16);
+            uint64_t until = rv_clock_ns(ctx) + (busy < RV_TEST_SLOW_INIT_MAX_NS ? busy : RV_TEST_SLOW_INIT_MAX_NS);
             while (rv_clock_ns(ctx) < until) {
             }
         }
