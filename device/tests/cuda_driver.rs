@@ -140,16 +140,6 @@ fn event_times_are_host_time() {
     all_released(&gpu);
 }
 
-fn nvrtc_or_skip() -> bool {
-    if nvrtc::available() {
-        return true;
-    }
-    let required = std::env::var("RINGVISOR_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-    assert!(!required, "RINGVISOR_REQUIRE_NVRTC=1 but libnvrtc.so cannot be loaded");
-    eprintln!("SKIPPED: libnvrtc.so not found");
-    false
-}
-
 /// Defect 9: CUBIN for the GPU's architecture first; PTX for a GPU NVRTC does not target, and when the driver's
 /// JIT refuses it, the JIT log is in the error (and the start gives everything back).
 #[test]

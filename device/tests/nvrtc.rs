@@ -6,19 +6,11 @@
 //! Without the library the test says that it skipped; with `RINGVISOR_REQUIRE_NVRTC=1` (set by `.ci/run`) a
 //! missing library is a failure.
 
+mod common;
+use common::nvrtc_or_skip;
 use ringvisor_device::{cuda_source, nvrtc, BehaviourSet, UserBehaviour};
 
 const USER_SOURCE: &str = include_str!("../../examples/moving-average/kernels/moving_average.cu");
-
-fn nvrtc_or_skip() -> bool {
-    if nvrtc::available() {
-        return true;
-    }
-    let required = std::env::var("RINGVISOR_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-    assert!(!required, "RINGVISOR_REQUIRE_NVRTC=1 but libnvrtc.so cannot be loaded (see README: NVRTC)");
-    eprintln!("SKIPPED: libnvrtc.so not found; set RINGVISOR_REQUIRE_NVRTC=1 to make this a failure");
-    false
-}
 
 fn behaviours() -> BehaviourSet {
     let mut set = BehaviourSet::builtins();

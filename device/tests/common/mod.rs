@@ -123,3 +123,15 @@ pub fn next_event(stream: &Stream<SlotEvent>, kind: EventKind) -> SlotEvent {
         }
     }
 }
+
+/// True if the NVRTC library loads; otherwise the calling test says it skipped, or fails when
+/// `RINGVISOR_REQUIRE_NVRTC=1` (set by `.ci/run`).
+pub fn nvrtc_or_skip() -> bool {
+    if nvrtc::available() {
+        return true;
+    }
+    let required = std::env::var("RINGVISOR_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    assert!(!required, "RINGVISOR_REQUIRE_NVRTC=1 but libnvrtc.so cannot be loaded (see README: NVRTC)");
+    eprintln!("SKIPPED: libnvrtc.so not found; set RINGVISOR_REQUIRE_NVRTC=1 to make this a failure");
+    false
+}
