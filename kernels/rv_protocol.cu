@@ -443,8 +443,9 @@ RV_FN void rv_beat(rv_control_block *cb, rv_actor_record *ar) {
 RV_FN int rv_actor_idle(const rv_grid_view *g, rv_control_block *cb, rv_actor_record *ar, uint32_t slot,
                         uint32_t host_seq, uint32_t device_seq) {
     if (ar->quiet == RV_QUIET_NO || host_seq != ar->seen_host_seq || device_seq != ar->seen_device_seq) return 0;
-    if (rv_k2k_waiting(g, slot)) return 0;
     if (ar->quiet == RV_QUIET_ACTIVE) {
+        /* the ring is the actor's while it runs (block 0's while the slot is stopped: not read then) */
+        if (rv_k2k_waiting(g, slot)) return 0;
         uint64_t now = rv_grid_now_ns(g);
         if (now >= ar->next_beat_ns) {
             /* an injected device stall stops every heartbeat (read here, at the idle beat rate only) */
@@ -791,7 +792,7 @@ RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_bl
 RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot, uint32_t state) {
     rv_control_block *cb = &g->blocks[slot];
     rv_sv_record *rec = &g->sv[slot];
-    rec->pending_op = RV_OP_NONE;
+    rv_store_release_dev_u32(&rec->pending_op, RV_OP_NONE); /* the actor reads it (rv_actor_init) */
     rec->reported_state = state;
     uint32_t kind = state == RV_STATE_ACTIVE ? rec->init_event : RV_EVT_CREATE_FAILED;
     int32_t code = state == RV_STATE_ACTIVE ? 0 : cb->last_error;
@@ -802,7 +803,7 @@ RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot, uint32_t state)
 RV_FN void rv_sv_request(const rv_grid_view *g, const rv_command *cmd, uint32_t op) {
     rv_control_block *cb = &g->blocks[cmd->slot];
     rv_sv_record *rec = &g->sv[cmd->slot];
-    rec->pending_op = cmd->op;
+    rv_store_release_dev_u32(&rec->pending_op, cmd->op);
     rec->pending = *cmd;
     if (op == RV_OP_DRAIN) rv_store_relaxed_u32(&cb->drain_until, cmd->inbox_index);
     rv_store_relaxed_u32(&cb->request, op);
@@ -885,7 +886,7 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
         const rv_command *cmd = &rec->pending;
         uint32_t op = rec->pending_op;
         uint32_t state = rv_load_acquire_u32(&cb->state);
-        rec->pending_op = RV_OP_NONE;
+        rv_store_release_dev_u32(&rec->pending_op, RV_OP_NONE); /* the actor reads it (rv_actor_init) */
         if (op == RV_OP_KILL) {
             rec->reported_state = RV_STATE_TERMINATED;
             uint32_t dropped = rv_reclaim_k2k(g, slot);

@@ -55,5 +55,7 @@ extern "C" {
         clock_skew_ns: i64,
     );
     pub fn rv_emu_clock(out: *mut u64, clock_skew_ns: i64);
+    pub fn rv_emu_completed(word: *mut u32);
+    pub fn rv_emu_observed(word: *const u32);
     pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, reset: i32);
 }

@@ -61,6 +61,12 @@ extern "C" void rv_emu_persistent_block(void *shared, void *local, const rv_beha
     rv_block_run(&v, block, slots_per_block, budget, max_iterations, RV_EMULATED_MAX_BACKOFF_NS);
 }
 
+/* The emulated driver's completion edge, made in instrumented code so ThreadSanitizer sees it: a kernel thread
+ * releases after its blocks ran; the host acquires when it learns the kernel completed (the driver's own
+ * book-keeping is Rust, which ThreadSanitizer does not see). */
+extern "C" void rv_emu_completed(uint32_t *word) { rv_fetch_add_u32(word, 1); }
+extern "C" void rv_emu_observed(const uint32_t *word) { (void)rv_load_acquire_dev_u32(word); }
+
 extern "C" void rv_emu_clock(uint64_t *out, int64_t clock_skew_ns) {
     rv_host_clock_skew_ns = clock_skew_ns;
     rv_store_release_u64(out, rv_now_ns());

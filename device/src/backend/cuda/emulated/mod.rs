@@ -30,7 +30,7 @@ mod tests;
 use super::driver::{DevPtr, Driver, DriverError, GpuInfo, Handle, KernelArgs, Launch, ModuleImage};
 use crate::ffi::{self, BehaviourFn};
 use crate::layout::RawGridHeader;
-use state::{block_done, kill_all, lock, ptx_version, wait_resident, Emu, Kernel, Region};
+use state::{block_done, kill_all, lock, observed, ptx_version, wait_resident, Emu, Kernel, Region};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -532,6 +532,7 @@ impl Driver for EmulatedDriver {
         if idle {
             let op = st.ops;
             st.clear_pending(stream, op);
+            observed(&self.emu);
         }
         Ok(idle)
     }
@@ -572,6 +573,7 @@ impl Driver for EmulatedDriver {
             while st.kernels.contains_key(&k) {
                 st = self.emu.changed.wait(st).unwrap_or_else(|p| p.into_inner());
             }
+            observed(&self.emu);
             if let Some(Some(e)) = st.finished.get(&k) {
                 return Err(DriverError { call: CALL, ..e.clone() });
             }

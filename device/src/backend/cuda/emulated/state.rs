@@ -10,6 +10,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[derive(Default)]
 pub(super) struct Emu {
+    /// Released by kernel threads when they finish, acquired by the host when it sees a kernel completed:
+    /// the happens-before edge made in instrumented C (`rv_emu_completed` / `rv_emu_observed`).
+    pub completions: AtomicU32,
     pub state: Mutex<State>,
     pub changed: Condvar,
     pub blocking_waits: AtomicU64,
@@ -113,6 +116,12 @@ impl State {
     }
 }
 
+/// The host learned that a kernel completed: acquire what its threads wrote (see `Emu::completions`).
+pub(super) fn observed(emu: &Emu) {
+    // SAFETY: an AtomicU32's storage, read only atomically.
+    unsafe { crate::ffi::rv_emu_observed(emu.completions.as_ptr()) };
+}
+
 pub(super) fn lock(emu: &Emu) -> MutexGuard<'_, State> {
     emu.state.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -133,6 +142,8 @@ pub(super) fn kill_all(emu: &Emu, st: &mut State, error: DriverError) {
 
 /// One block, or a short kernel's blocks in turn, got a resident slot and ran: book-keeping after.
 pub(super) fn block_done(emu: &Emu, kernel: u64, blocks: u32) {
+    // SAFETY: an AtomicU32's storage, updated only atomically.
+    unsafe { crate::ffi::rv_emu_completed(emu.completions.as_ptr()) };
     let mut st = lock(emu);
     st.resident -= 1;
     let done = match st.kernels.get_mut(&kernel) {
