@@ -104,11 +104,6 @@ impl EmulatedDriver {
         Self { gpu, key: NEXT_KEY.fetch_add(1, Ordering::Relaxed), clock_skew_ns, emu: Arc::new(Emu::default()) }
     }
 
-    /// The GPU's properties.
-    pub fn gpu_properties(&self) -> &EmulatedGpu {
-        &self.gpu
-    }
-
     /// Every call that would have hung or corrupted memory on the real driver, in order.
     pub fn violations(&self) -> Vec<String> {
         lock(&self.emu).violations.clone()
