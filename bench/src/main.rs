@@ -139,6 +139,15 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let group = group_restart(true, 1000, s.group_samples);
     let group_host = group_restart(false, 1000, s.group_samples);
     rows.push(Row::new("one_for_all over 1,000 children", group, group_host, "<= 5 ms", |v, _, _| v.median <= 5e6));
+    let storm = restart_storm(true, 1000, s.group_samples);
+    let storm_host = restart_storm(false, 1000, s.group_samples);
+    rows.push(Row::new(
+        "restart storm: 1,000 one_for_one children crash at once",
+        storm,
+        storm_host,
+        "<= 1x ractor storm",
+        |_, _, r| r <= 1.0,
+    ));
 
     eprintln!("scale ...");
     let (time, mem) = create_slots(s.scale_slots);

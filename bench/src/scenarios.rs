@@ -425,9 +425,21 @@ pub fn restart_latency(gpu: bool, n: usize) -> Summary {
 
 /// one_for_all over `children` children: one crashes; time until all are started again.
 pub fn group_restart(gpu: bool, children: u32, n: usize) -> Summary {
+    children_restart(Strategy::OneForAll, gpu, children, n)
+}
+
+/// A restart storm: one_for_one over `children` children that all crash at the same moment; time until all are
+/// started again.
+pub fn restart_storm(gpu: bool, children: u32, n: usize) -> Summary {
+    children_restart(Strategy::OneForOne, gpu, children, n)
+}
+
+/// `children` children under one supervisor of `strategy`; crashes the first (one_for_all) or every child
+/// (one_for_one, all at once), and times until `children` starts have been reported, `n` times.
+fn children_restart(strategy: Strategy, gpu: bool, children: u32, n: usize) -> Summary {
     let rt = tokio();
     rt.block_on(async {
-        let mut spec = SupervisorSpec::new(Strategy::OneForAll).intensity(u32::MAX, Duration::from_secs(1));
+        let mut spec = SupervisorSpec::new(strategy).intensity(u32::MAX, Duration::from_secs(1));
         for i in 0..children {
             let id = format!("c{i}");
             spec = spec.child(
@@ -442,10 +454,16 @@ pub fn group_restart(gpu: bool, children: u32, n: usize) -> Summary {
         let r = ringvisor::Runtime::start(config, spec).await.expect("runtime");
         let mut events = r.services().events().subscribe();
         let mut samples = Vec::with_capacity(n);
+        let names: Vec<String> = match strategy {
+            Strategy::OneForOne => (0..children).map(|i| format!("b/c{i}")).collect(),
+            _ => vec!["b/c0".to_string()],
+        };
         for _ in 0..n {
-            let victim = r.registry().lookup("b/c0").expect("child");
+            let victims: Vec<ChildRef> = names.iter().map(|name| r.registry().lookup(name).expect("child")).collect();
             let t0 = Instant::now();
-            crash(&r, &victim).await;
+            for victim in &victims {
+                crash(&r, victim).await;
+            }
             wait_starts(&mut events, children as usize).await;
             samples.push(elapsed_ns(t0));
         }
