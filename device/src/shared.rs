@@ -229,6 +229,34 @@ impl SharedGrid {
         unsafe { store_u32(addr_of_mut!((*self.header()).terminate), 1, Ordering::Release) }
     }
 
+    /// True once the kernel is asked to leave for good: terminate requested, or the device halted.
+    pub(crate) fn terminate_requested(&self) -> bool {
+        let h = self.header();
+        // SAFETY: aligned fields of the live header.
+        unsafe {
+            load_u32(addr_of_mut!((*h).terminate), Ordering::Acquire) != 0
+                || load_u32(addr_of_mut!((*h).device_faults), Ordering::Acquire) & RV_DEVICE_HALT != 0
+        }
+    }
+
+    /// Blocks of the kernel that have entered it (block 0 publishes the count: the launch handshake).
+    pub(crate) fn blocks_started(&self) -> u32 {
+        // SAFETY: aligned field of the live header.
+        unsafe { load_u32(addr_of_mut!((*self.header()).blocks_started), Ordering::Acquire) }
+    }
+
+    /// Block `block`'s doorbell: how many of its sweeps published replies. Panics (a bug in this crate) past the
+    /// most blocks a grid can have (`slot_count + 1`).
+    pub(crate) fn doorbell(&self, block: u32) -> u32 {
+        assert!(block <= self.config.slot_count, "block {block} out of range");
+        // SAFETY: the layout reserves slot_count + 1 aligned u32 doorbells at off_doorbells; the kernel writes
+        // them with release stores.
+        unsafe {
+            let bells = self.base.add(self.config.off_doorbells as usize) as *mut u32;
+            load_u32(bells.add(block as usize), Ordering::Acquire)
+        }
+    }
+
     /// A consistent-enough copy of a control block, field by field (each read is atomic, the whole is not).
     pub(crate) fn snapshot(&self, slot: u32) -> RawControlBlock {
         let b = self.block(slot);

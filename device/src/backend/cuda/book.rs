@@ -134,26 +134,28 @@ pub(crate) fn release(driver: &Arc<dyn Driver>, mut res: Resources) {
     if res.reserved_blocks > 0 {
         kernel_left(driver, &mut res, None);
     }
+    enum Now {
+        Deferred,
+        Everything,
+        ContextOnly,
+    }
     let now = with_book(res.key, |book| {
         if res.generation != book.generation {
-            true // a reset destroyed everything: only the context retention is left to release
+            Now::ContextOnly // a reset destroyed everything else
         } else if book.live_kernels > 0 || book.sticky.is_some() {
             book.deferred.push(std::mem::take(&mut res));
-            false
+            Now::Deferred
         } else {
-            true
+            Now::Everything
         }
     });
-    if now {
-        let stale = with_book(res.key, |book| res.generation != book.generation);
-        if stale {
-            res.module = None;
-            res.stream = None;
-            res.event = None;
-            res.shared = None;
-            res.local = None;
+    match now {
+        Now::Deferred => {}
+        Now::Everything => free_now(driver.as_ref(), res),
+        Now::ContextOnly => {
+            let Resources { ordinal, key, ctx, generation, .. } = res;
+            free_now(driver.as_ref(), Resources { ordinal, key, ctx, generation, ..Resources::default() });
         }
-        free_now(driver.as_ref(), res);
     }
 }
 

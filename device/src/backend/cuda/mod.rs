@@ -34,7 +34,8 @@ pub mod source;
 use super::Executor;
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
-use crate::layout::{RawGridHeader, RV_DEVICE_HALT};
+use crate::layout::RawGridHeader;
+use crate::shared::SharedGrid;
 use book::Resources;
 use driver::{Driver, DriverError, KernelArgs, Launch};
 use emulated::EmulatedDriver;
@@ -107,10 +108,7 @@ fn driver_err(e: DriverError) -> DeviceError {
     DeviceError::BackendUnavailable(format!("cuda: {e}"))
 }
 
-/// True if the CUDA driver library can be loaded.
-pub fn driver_available() -> bool {
-    real::driver_present()
-}
+pub use real::driver_available;
 
 /// What the launcher thread and the executor share.
 struct LaunchState {
@@ -122,23 +120,25 @@ struct LaunchState {
 /// A running persistent kernel and what it uses.
 pub(crate) struct CudaExecutor {
     driver: Arc<dyn Driver>,
-    shared_host: *mut u8,
+    /// The shared region (mapped memory owned by the Resources in `state`, freed only in `Drop`, after the
+    /// kernel left).
+    grid: Arc<SharedGrid>,
     state: Arc<LaunchState>,
     launcher: Mutex<Option<JoinHandle<()>>>,
     description: String,
     stopped: AtomicBool,
-    /// The blocks' doorbells (shared region) and the count last seen of each (block 0's unused).
-    doorbells: *const u32,
+    /// The count last seen of each block's doorbell (block 0's unused).
     doorbells_seen: Mutex<Vec<u32>>,
     slots_per_block: u32,
-    slot_count: u32,
 }
 
-// SAFETY: `shared_host` points into mapped memory owned by the executor's Resources, freed only in `Drop`
-// after the kernel left; the shared region is accessed through the protocol (see shared.rs).
-unsafe impl Send for CudaExecutor {}
-// SAFETY: as above; `&self` methods only touch atomics and mutexes.
-unsafe impl Sync for CudaExecutor {}
+/// What start prepares before the persistent launch.
+struct Prepared {
+    shared_host: *mut u8,
+    launch: Launch,
+    slots_per_block: u32,
+    description: String,
+}
 
 /// Polls `done` until it holds, fails, or `limit` passes.
 fn wait_until(
@@ -156,11 +156,6 @@ fn wait_until(
             return Err(DeviceError::BackendUnavailable(format!("cuda: {what} did not happen within {limit:?}")));
         }
     }
-}
-
-fn header_u32(shared: *mut u8, field: usize) -> u32 {
-    // SAFETY: `field` is the offset of a u32 of the header, inside the live mapped region.
-    unsafe { crate::shared::load_u32(shared.add(field) as *mut u32, Ordering::Acquire) }
 }
 
 impl CudaExecutor {
@@ -204,24 +199,20 @@ impl CudaExecutor {
         let mut res = Resources { ordinal, key, generation, ..Resources::default() };
         let started = Self::start_in(&driver, &gpu, mode, &config, header, behaviours, &mut res);
         match started {
-            Ok((shared_host, launch, description)) => {
+            Ok(Prepared { shared_host, launch, slots_per_block, description }) => {
                 let state = Arc::new(LaunchState { failure: Mutex::new(None), resources: Mutex::new(Some(res)) });
-                let KernelArgs::Persistent { slots_per_block, .. } = launch.args else {
-                    unreachable!("start_in returns the persistent launch")
-                };
-                // SAFETY: off_doorbells is inside the shared region (rv_compute_layout).
-                let doorbells = unsafe { shared_host.add(header.off_doorbells as usize) } as *const u32;
+                // SAFETY: the region holds the header written (and calibrated) by start_in; it lives in the
+                // Resources of `state` until the executor is dropped.
+                let grid = Arc::new(unsafe { SharedGrid::new(shared_host) });
                 let executor = Self {
                     driver: driver.clone(),
-                    shared_host,
-                    state: state.clone(),
+                    grid,
+                    state,
                     launcher: Mutex::new(None),
                     description,
                     stopped: AtomicBool::new(false),
-                    doorbells,
                     doorbells_seen: Mutex::new(vec![0; launch.grid as usize]),
                     slots_per_block,
-                    slot_count: header.slot_count,
                 };
                 executor.launch(launch, mode, config.start_timeout)?;
                 Ok(executor)
@@ -233,8 +224,7 @@ impl CudaExecutor {
         }
     }
 
-    /// Steps up to the persistent launch: module, grid, memory, init, clock. Returns the mapped shared region,
-    /// the launch, and the description.
+    /// Steps up to the persistent launch: module, grid, memory, init, clock.
     fn start_in(
         driver: &Arc<dyn Driver>,
         gpu: &driver::GpuInfo,
@@ -243,7 +233,7 @@ impl CudaExecutor {
         header: RawGridHeader,
         behaviours: &BehaviourSet,
         res: &mut Resources,
-    ) -> Result<(*mut u8, Launch, String), DeviceError> {
+    ) -> Result<Prepared, DeviceError> {
         let d = driver.as_ref();
         let ctx = d.retain_context(res.ordinal).map_err(driver_err)?;
         res.ctx = Some(ctx);
@@ -272,13 +262,8 @@ impl CudaExecutor {
         let local = d.alloc_device(ctx, header.local_bytes as usize).map_err(driver_err)?;
         res.local = Some(local);
 
-        let run_short = |what: &str, args: KernelArgs, grid: u32, threads: u32| -> Result<(), DeviceError> {
-            let launch = Launch { function: 0, grid, threads, args, stream, cooperative: false };
-            let function = match args {
-                KernelArgs::Init { .. } => init_fn,
-                _ => clock_fn,
-            };
-            d.launch(ctx, &Launch { function, ..launch }).map_err(driver_err)?;
+        let run_short = |what: &str, function, args, grid, threads| -> Result<(), DeviceError> {
+            d.launch(ctx, &Launch { function, grid, threads, args, stream, cooperative: false }).map_err(driver_err)?;
             wait_until(what, config.start_timeout, || d.stream_done(ctx, stream).map_err(driver_err))
         };
         // The shared region: zeroed and headed by the host (mapped memory; the host writes it directly).
@@ -290,7 +275,7 @@ impl CudaExecutor {
         // The local region: zeroed on the stream the init kernel runs on, so the init is ordered after it.
         d.memset_zero_async(ctx, local, header.local_bytes as usize, stream).map_err(driver_err)?;
         let init_blocks = header.slot_count.div_ceil(128).clamp(1, 1024);
-        run_short("the init kernel", KernelArgs::Init { shared: shared_dev, local }, init_blocks, 128)?;
+        run_short("the init kernel", init_fn, KernelArgs::Init { shared: shared_dev, local }, init_blocks, 128)?;
 
         // The device clock against the host's: the clock kernel stores the raw clock into the header's
         // clock_offset_ns field; the narrowest of three brackets of host time gives the offset.
@@ -298,7 +283,7 @@ impl CudaExecutor {
         let mut best: Option<(u64, i64)> = None;
         for _ in 0..3 {
             let before = host_now_ns();
-            run_short("the clock kernel", KernelArgs::Clock { out: shared_dev + field as u64 }, 1, 32)?;
+            run_short("the clock kernel", clock_fn, KernelArgs::Clock { out: shared_dev + field as u64 }, 1, 32)?;
             let after = host_now_ns();
             // SAFETY: the field is inside the live mapped header; the kernel that wrote it has completed.
             let raw = unsafe { std::ptr::read_volatile(shared_host.add(field) as *const u64) };
@@ -338,25 +323,22 @@ impl CudaExecutor {
             gpu.arch.0,
             gpu.arch.1
         );
-        Ok((shared_host, launch, description))
+        Ok(Prepared { shared_host, launch, slots_per_block, description })
     }
 
     /// Starts the launcher thread and waits until every block of the kernel has entered it.
     fn launch(&self, launch: Launch, mode: CudaMode, timeout: Duration) -> Result<(), DeviceError> {
-        let driver = self.driver.clone();
-        let state = self.state.clone();
-        let shared = self.shared_host as usize;
+        let (driver, state, grid) = (self.driver.clone(), self.state.clone(), self.grid.clone());
         let thread = std::thread::Builder::new()
             .name("ringvisor-cuda".into())
-            .spawn(move || run_kernel(driver, state, launch, mode, shared))
+            .spawn(move || run_kernel(driver, state, launch, mode, &grid))
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the launcher thread: {e}")))?;
         *crate::sync::lock(&self.launcher) = Some(thread);
-        let field = std::mem::offset_of!(RawGridHeader, blocks_started);
         let handshake = wait_until("every block entering the persistent kernel", timeout, || {
             if let Some(f) = self.failure() {
                 return Err(DeviceError::BackendUnavailable(format!("cuda: the kernel failed at start: {f}")));
             }
-            Ok(header_u32(self.shared_host, field) >= launch.grid)
+            Ok(self.grid.blocks_started() >= launch.grid)
         });
         if let Err(e) = handshake {
             self.shutdown();
@@ -364,12 +346,6 @@ impl CudaExecutor {
         }
         tracing::info!(description = %self.description, "cuda backend started");
         Ok(())
-    }
-
-    fn terminate_requested(shared: usize) -> bool {
-        let h = shared as *mut u8;
-        header_u32(h, std::mem::offset_of!(RawGridHeader, terminate)) != 0
-            || header_u32(h, std::mem::offset_of!(RawGridHeader, device_faults)) & RV_DEVICE_HALT != 0
     }
 }
 
@@ -379,7 +355,7 @@ fn host_now_ns() -> u64 {
 
 /// The launcher thread: launches the kernel (once, or repeatedly in event-driven mode), sleeps on a
 /// blocking-sync event until it ends, and reports how it ended.
-fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode: CudaMode, shared: usize) {
+fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode: CudaMode, grid: &SharedGrid) {
     let (ctx, event, key) = {
         let res = crate::sync::lock(&state.resources);
         let r = res.as_ref().expect("resources live while the launcher runs");
@@ -402,7 +378,7 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
         {
             break Err(e);
         }
-        if mode == CudaMode::Persistent || CudaExecutor::terminate_requested(shared) {
+        if mode == CudaMode::Persistent || grid.terminate_requested() {
             break Ok(());
         }
     };
@@ -421,7 +397,7 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
 
 impl Executor for CudaExecutor {
     fn shared_base(&self) -> *mut u8 {
-        self.shared_host
+        self.grid.header() as *mut u8
     }
 
     fn wake(&self) {
@@ -431,15 +407,12 @@ impl Executor for CudaExecutor {
 
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {
         let mut seen = crate::sync::lock(&self.doorbells_seen);
-        let base = self.doorbells as *mut u32;
-        for (i, last) in seen.iter_mut().enumerate().skip(1) {
-            // SAFETY: `doorbells` has an entry per block of the grid (the layout sizes it for slot_count + 1
-            // blocks); the kernel writes it with release stores.
-            let now = unsafe { crate::shared::load_u32(base.add(i), Ordering::Acquire) };
+        for (block, last) in (0u32..).zip(seen.iter_mut()).skip(1) {
+            let now = self.grid.doorbell(block);
             if now != *last {
                 *last = now;
-                let first = (i as u32 - 1) * self.slots_per_block;
-                (first..(first + self.slots_per_block).min(self.slot_count)).for_each(&mut *mark);
+                let first = (block - 1) * self.slots_per_block;
+                (first..(first + self.slots_per_block).min(self.grid.slot_count())).for_each(&mut *mark);
             }
         }
         true
@@ -453,9 +426,7 @@ impl Executor for CudaExecutor {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
-        let header = self.shared_host as *mut RawGridHeader;
-        // SAFETY: the header is in the live shared region.
-        unsafe { crate::shared::store_u32(std::ptr::addr_of_mut!((*header).terminate), 1, Ordering::Release) };
+        self.grid.request_terminate();
         if let Some(t) = crate::sync::lock(&self.launcher).take() {
             // A kernel that does not leave (a block stuck in a behaviour) must not hang the host: wait a bounded
             // time, then abandon it (its resources stay: see book::release).

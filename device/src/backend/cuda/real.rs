@@ -31,7 +31,7 @@ fn device(ordinal: i32) -> Result<sys::CUdevice, DriverError> {
 }
 
 /// True if the CUDA driver library can be loaded.
-pub fn driver_present() -> bool {
+pub fn driver_available() -> bool {
     // SAFETY: only tries to dlopen the library.
     std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
 }
