@@ -136,38 +136,24 @@ RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)(__ffs((int)x) - 1); }
  * transaction, so tests hold the protocol to a budget (see rv_host_shared_accesses in host/rv_host.cpp). */
 static thread_local uint64_t rv_host_shared_loads = 0;
 static thread_local uint64_t rv_host_shared_stores = 0;
-RV_FN uint32_t rv_load_acquire_u32(const uint32_t *p) {
-    rv_host_shared_loads += 1;
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-RV_FN void rv_store_release_u32(uint32_t *p, uint32_t v) {
-    rv_host_shared_stores += 1;
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-RV_FN uint64_t rv_load_acquire_u64(const uint64_t *p) {
-    rv_host_shared_loads += 1;
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-RV_FN void rv_store_release_u64(uint64_t *p, uint64_t v) {
-    rv_host_shared_stores += 1;
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-RV_FN uint32_t rv_load_relaxed_u32(const uint32_t *p) {
-    rv_host_shared_loads += 1;
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
-RV_FN void rv_store_relaxed_u32(uint32_t *p, uint32_t v) {
-    rv_host_shared_stores += 1;
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
-}
-RV_FN void rv_store_relaxed_u64(uint64_t *p, uint64_t v) {
-    rv_host_shared_stores += 1;
-    __atomic_store_n(p, v, __ATOMIC_RELAXED);
-}
-RV_FN uint64_t rv_load_relaxed_u64(const uint64_t *p) {
-    rv_host_shared_loads += 1;
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
+#define RV_HOST_SHARED_LOAD(name, T, order)                                                                    \
+    RV_FN T name(const T *p) {                                                                                 \
+        rv_host_shared_loads += 1;                                                                             \
+        return __atomic_load_n(p, order);                                                                      \
+    }
+#define RV_HOST_SHARED_STORE(name, T, order)                                                                   \
+    RV_FN void name(T *p, T v) {                                                                               \
+        rv_host_shared_stores += 1;                                                                            \
+        __atomic_store_n(p, v, order);                                                                         \
+    }
+RV_HOST_SHARED_LOAD(rv_load_acquire_u32, uint32_t, __ATOMIC_ACQUIRE)
+RV_HOST_SHARED_LOAD(rv_load_acquire_u64, uint64_t, __ATOMIC_ACQUIRE)
+RV_HOST_SHARED_LOAD(rv_load_relaxed_u32, uint32_t, __ATOMIC_RELAXED)
+RV_HOST_SHARED_LOAD(rv_load_relaxed_u64, uint64_t, __ATOMIC_RELAXED)
+RV_HOST_SHARED_STORE(rv_store_release_u32, uint32_t, __ATOMIC_RELEASE)
+RV_HOST_SHARED_STORE(rv_store_release_u64, uint64_t, __ATOMIC_RELEASE)
+RV_HOST_SHARED_STORE(rv_store_relaxed_u32, uint32_t, __ATOMIC_RELAXED)
+RV_HOST_SHARED_STORE(rv_store_relaxed_u64, uint64_t, __ATOMIC_RELAXED)
 /* The host build has one scope: the LOCAL-region variants are the same operations. */
 RV_FN uint32_t rv_load_acquire_dev_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 RV_FN void rv_store_release_dev_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
