@@ -3,9 +3,10 @@
 //! and giving the slot back when the child is dropped for good.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{Actor, ActorCell};
-use ringvisor_device::SlotState;
+use ringvisor_device::{BehaviourId, PendingCommand, SlotState};
 
 use super::slot_actor::{SlotActor, SlotArgs};
 use super::slots::DeviceSlots;
@@ -41,25 +42,74 @@ pub(crate) fn release_slot(slots: &DeviceSlots, slot: u32) {
     slots.pool.release(slot);
 }
 
+/// The device command that brings up a GPU child's next incarnation, submitted ahead of its slot actor so a
+/// group's starts reach the device as one batch (see `terminate_children` / `start_children`).
+pub(crate) struct PreparedStart {
+    /// The init bytes the command carries (the incarnation's).
+    pub(crate) init: Vec<u8>,
+    pub(crate) pending: PendingCommand,
+}
+
+/// Submits the Create (or, for a Failed slot, the Restart) of GPU child `shared`'s next incarnation without
+/// waiting for it. `None` when the slot is not in a state where that is unambiguous (running, quarantined, a
+/// command in flight) or the submission fails: the slot actor then brings the slot up itself, with its
+/// full checks and errors.
+pub(crate) fn prepare_incarnation(
+    shared: &ChildShared,
+    services: &Services,
+    child: &GpuChild,
+    init: Vec<u8>,
+) -> Option<PreparedStart> {
+    let gpu = shared.gpu_actor.as_ref()?;
+    let behaviour = behaviour_id(services, child).ok()?;
+    let (device, slot) = (gpu.device(), gpu.slot());
+    if device.is_quarantined(slot) {
+        return None;
+    }
+    let pending = match device.host_view(slot).ok()? {
+        (_, SlotState::Dormant | SlotState::Terminated) => device.create(slot, behaviour, &init),
+        (_, SlotState::Failed) => device.restart(slot, behaviour, &init),
+        _ => return None,
+    };
+    Some(PreparedStart { init, pending: pending.ok()? })
+}
+
+/// Takes back a start submitted by [`prepare_incarnation`] that will not be used (an earlier sibling failed
+/// to start, so this one must not run): waits for its outcome and kills what it brought up.
+pub(crate) async fn cancel_prepared(shared: &ChildShared, prepared: PreparedStart, wait: Duration) {
+    if prepared.pending.wait(wait).await.is_ok() {
+        if let Some(gpu) = &shared.gpu_actor {
+            stop_orphaned_slot(gpu);
+        }
+    }
+}
+
+fn behaviour_id(services: &Services, child: &GpuChild) -> Result<BehaviourId, String> {
+    match services.device().map(|d| d.behaviours().id(child.behaviour())) {
+        Some(Some(b)) => Ok(b),
+        Some(None) => Err(format!("unknown behaviour `{}`", child.behaviour())),
+        None => Err("no device attached to this supervision tree".to_string()),
+    }
+}
+
 /// Starts one incarnation of GPU child `shared`: a slot actor linked to `supervisor` that creates (or
-/// re-creates) the device actor and is running once it is Active.
+/// re-creates) the device actor, or takes over the command `prepared` already submitted, and is running
+/// once it is Active.
 pub(crate) async fn start_incarnation(
     shared: &Arc<ChildShared>,
     services: &Services,
     child: &GpuChild,
     init: Vec<u8>,
+    prepared: Option<PendingCommand>,
     supervisor: ActorCell,
 ) -> Result<ActorCell, String> {
-    let behaviour = match services.device().map(|d| d.behaviours().id(child.behaviour())) {
-        Some(Some(b)) => b,
-        Some(None) => return Err(format!("unknown behaviour `{}`", child.behaviour())),
-        None => return Err("no device attached to this supervision tree".to_string()),
-    };
+    let behaviour = behaviour_id(services, child)?;
     let args = SlotArgs {
         shared: shared.clone(),
         events: services.events().clone(),
         behaviour,
         init,
+        prepared,
         start_timeout: child.timeout(),
         heartbeat_timeout: child.watchdog(),
     };

@@ -43,12 +43,14 @@ impl DeviceSlots {
     }
 }
 
-/// The slot's actor is stuck: still running, its heartbeat where it was, while the device itself answers.
+/// The slot's actor is stuck: still running (or still initialising: an init that never returns holds its
+/// block the same way), its heartbeat where it was, while the device itself answers.
 pub(crate) fn is_wedged(device: &Device, slot: u32, heartbeat: u64) -> bool {
     device.health() == DeviceHealth::Running
-        && device
-            .snapshot(slot)
-            .is_ok_and(|s| s.heartbeat == heartbeat && matches!(s.state, SlotState::Active | SlotState::Draining))
+        && device.snapshot(slot).is_ok_and(|s| {
+            s.heartbeat == heartbeat
+                && matches!(s.state, SlotState::Active | SlotState::Draining | SlotState::Initializing)
+        })
 }
 
 /// Moves the child off quarantined slot `from` to a free slot of the same device, and reports it.

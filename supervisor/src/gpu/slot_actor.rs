@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor_device::{BehaviourId, Device, DeviceError, DeviceHealth, EventKind, SlotState, UNRESPONSIVE_AFTER};
+use ringvisor_device::{
+    BehaviourId, Device, DeviceCode, DeviceError, DeviceHealth, EventKind, PendingCommand, SlotState,
+    UNRESPONSIVE_AFTER,
+};
 
 use super::quarantine::{is_wedged, move_off_quarantined};
 use super::slots::SlotMsg;
@@ -21,6 +24,8 @@ pub(crate) struct SlotArgs {
     pub(crate) events: TreeEvents,
     pub(crate) behaviour: BehaviourId,
     pub(crate) init: Vec<u8>,
+    /// The Create/Restart already submitted for this incarnation (a pipelined group start), if any.
+    pub(crate) prepared: Option<PendingCommand>,
     pub(crate) start_timeout: Duration,
     pub(crate) heartbeat_timeout: Option<Duration>,
 }
@@ -52,7 +57,11 @@ impl Actor for SlotActor {
     type State = SlotActorState;
     type Arguments = SlotArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        mut args: SlotArgs,
+    ) -> Result<SlotActorState, ActorProcessingErr> {
         let gpu = args.shared.gpu_actor.as_ref().ok_or("not a GPU child")?;
         let slots = gpu.slots.clone();
         let device = slots.device.clone();
@@ -66,7 +75,16 @@ impl Actor for SlotActor {
             }
             // Attach first: a failure right after creation must reach this actor.
             slots.attach(slot, myself.clone());
-            match bring_up(&device, slot, &args, deadline, ack_wait).await {
+            let prepared = args.prepared.take();
+            let submitted_early = prepared.is_some();
+            match bring_up(&device, slot, &args, prepared, deadline, ack_wait).await {
+                Ok(Some(generation)) if submitted_early => {
+                    // Its failure may have been routed before this actor listened: look once more.
+                    if device.host_view(slot).is_ok_and(|(g, s)| g == generation && s == SlotState::Failed) {
+                        let _ = myself.send_message(SlotMsg::Recheck);
+                    }
+                    break generation;
+                }
                 Ok(Some(generation)) => break generation,
                 Ok(None) => {
                     slots.detach(slot, &myself);
@@ -101,15 +119,13 @@ impl Actor for SlotActor {
         let ev = match msg {
             SlotMsg::Device(ev) => ev,
             SlotMsg::Watchdog => return state.check_heartbeat(),
+            SlotMsg::Recheck => return state.check_failed(),
         };
         if ev.generation != state.generation {
             return Ok(()); // another incarnation's event
         }
         match ev.kind {
-            EventKind::Failed => {
-                let code = ev.code.map(|c| format!("{c:?}")).unwrap_or_else(|| "unknown".into());
-                return Err(format!("GPU actor `{}` (slot {}) failed: {code}", state.shared.id, state.slot).into());
-            }
+            EventKind::Failed => return Err(state.failure(ev.code)),
             EventKind::Killed => myself.stop(Some(stop_reason::KILLED.into())),
             EventKind::Drained => myself.stop(Some(stop_reason::NORMAL.into())),
             // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
@@ -158,28 +174,23 @@ impl Actor for SlotActor {
 /// Creates (or re-creates) the device actor in `slot` and waits until it is Active; returns its generation.
 /// `Ok(None)`: the slot's running actor is wedged: it acknowledged neither the restart nor an earlier
 /// command within `ack_wait` while its heartbeat stood still on a device that is otherwise running.
+/// `prepared`: the command already submitted for it (the slot was not running), waited for instead.
 async fn bring_up(
     device: &Device,
     slot: u32,
     args: &SlotArgs,
+    prepared: Option<PendingCommand>,
     deadline: Instant,
     ack_wait: Duration,
 ) -> Result<Option<u32>, String> {
     let heartbeat = device.snapshot(slot).map_err(|e| e.to_string())?.heartbeat;
     let ack_deadline = (Instant::now() + ack_wait).min(deadline);
-    let (pending, running) = loop {
-        let (_, state) = device.host_view(slot).map_err(|e| e.to_string())?;
-        let running = !matches!(state, SlotState::Dormant | SlotState::Terminated);
-        let submitted = if running {
-            device.restart(slot, args.behaviour, &args.init)
-        } else {
-            device.create(slot, args.behaviour, &args.init)
-        };
-        match submitted {
-            Err(DeviceError::CommandInFlight { .. }) if Instant::now() < ack_deadline => tokio::time::sleep(POLL).await,
-            Err(DeviceError::CommandInFlight { .. }) if is_wedged(device, slot, heartbeat) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
-            Ok(pending) => break (pending, running),
+    let (pending, running) = if let Some(pending) = prepared {
+        (pending, false)
+    } else {
+        match submit_start(device, slot, args, heartbeat, ack_deadline).await? {
+            Some(submitted) => submitted,
+            None => return Ok(None),
         }
     };
     let wait_until = if running { ack_deadline } else { deadline };
@@ -191,7 +202,51 @@ async fn bring_up(
     }
 }
 
+/// Submits the Create (slot not running) or Restart (running: the actor must acknowledge the kill) of a
+/// slot, retrying while another command is in flight on it until `ack_deadline`. Returns the command and
+/// whether the slot was running; `Ok(None)`: the running actor is wedged (see [`bring_up`]).
+async fn submit_start(
+    device: &Device,
+    slot: u32,
+    args: &SlotArgs,
+    heartbeat: u64,
+    ack_deadline: Instant,
+) -> Result<Option<(PendingCommand, bool)>, String> {
+    loop {
+        let (_, state) = device.host_view(slot).map_err(|e| e.to_string())?;
+        let running = !matches!(state, SlotState::Dormant | SlotState::Terminated);
+        let submitted = if running {
+            device.restart(slot, args.behaviour, &args.init)
+        } else {
+            device.create(slot, args.behaviour, &args.init)
+        };
+        match submitted {
+            Err(DeviceError::CommandInFlight { .. }) if Instant::now() < ack_deadline => tokio::time::sleep(POLL).await,
+            Err(DeviceError::CommandInFlight { .. }) if is_wedged(device, slot, heartbeat) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+            Ok(pending) => return Ok(Some((pending, running))),
+        }
+    }
+}
+
 impl SlotActorState {
+    /// The exit reason of an incarnation that failed with `code`.
+    fn failure(&self, code: Option<DeviceCode>) -> ActorProcessingErr {
+        let code = code.map(|c| format!("{c:?}")).unwrap_or_else(|| "unknown".into());
+        format!("GPU actor `{}` (slot {}) failed: {code}", self.shared.id, self.slot).into()
+    }
+
+    /// Fails the actor if its incarnation has already failed (its event may have been routed before the
+    /// actor listened).
+    fn check_failed(&self) -> Result<(), ActorProcessingErr> {
+        let Some(gpu) = self.shared.gpu_actor.as_ref() else { return Ok(()) };
+        let snap = gpu.device().snapshot(self.slot)?;
+        if snap.generation == self.generation && snap.state == SlotState::Failed {
+            return Err(self.failure(snap.last_error));
+        }
+        Ok(())
+    }
+
     /// Fails the actor if its device actor is hung: the heartbeat has not moved for the timeout while
     /// messages wait in its inbox. (Its supervisor then restarts it; a device actor that does not
     /// acknowledge that restart is wedged and its slot quarantined, see `bring_up`.) While the whole

@@ -20,6 +20,8 @@ pub enum SlotMsg {
     Device(DeviceEvent),
     /// Time to check the slot's heartbeat.
     Watchdog,
+    /// Read the slot's state once more: its incarnation may have failed before the slot actor listened.
+    Recheck,
 }
 
 /// Who listens to a slot's device events: its slot actor, and the name its dead letters are filed under.

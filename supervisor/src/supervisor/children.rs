@@ -9,7 +9,7 @@ use ractor::ActorCell;
 
 use super::SupervisorState;
 use crate::error::SupervisorError;
-use crate::gpu::claim::{release_slot, retire_slot, take_slot};
+use crate::gpu::claim::{release_slot, retire_slot, take_slot, PreparedStart};
 use crate::handle::{ChildRef, ChildShared};
 use crate::registry::RegistryError;
 use crate::spec::{ChildSpec, ChildStart};
@@ -27,6 +27,8 @@ pub(super) struct Child {
     pub(super) started_at: Option<Instant>,
     /// Consecutive restarts, for backoff.
     pub(super) consecutive: u32,
+    /// A GPU child's next start, already submitted to the device (a pipelined group start).
+    pub(super) prepared: Option<PreparedStart>,
 }
 
 impl Child {
@@ -82,7 +84,16 @@ impl SupervisorState {
         }
         let gpu = slot.map(|(slots, slot)| (slots, slot, self.services.dead_letters().clone()));
         let shared = ChildShared::new(spec.id.clone(), spec.name.clone(), gpu);
-        Ok(Child { spec, run: Run::Undefined, shared, attempts: 0, args, started_at: None, consecutive: 0 })
+        Ok(Child {
+            spec,
+            run: Run::Undefined,
+            shared,
+            attempts: 0,
+            args,
+            started_at: None,
+            consecutive: 0,
+            prepared: None,
+        })
     }
 
     /// Drops a child's spec for good: handles see `Gone`, its name and slot are released.

@@ -13,7 +13,7 @@ use ractor::{Actor, ActorCell, ActorRef};
 use super::client::{Msg, SupervisorMsg};
 use super::{Outcome, Supervisor, SupervisorArgs, SupervisorState};
 use crate::child::{spawn_error, StartContext};
-use crate::gpu::claim::{retire_slot, start_incarnation, stop_orphaned_slot};
+use crate::gpu::claim::{cancel_prepared, prepare_incarnation, retire_slot, start_incarnation, stop_orphaned_slot};
 use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::reason::{stop_reason, ExitReason};
 use crate::spec::ChildStart;
@@ -35,8 +35,11 @@ impl SupervisorState {
         let id = child.spec.id.clone();
         let started: Result<ActorCell, String> = match &child.spec.start {
             ChildStart::Gpu(g) => {
-                let init = g.init_for(attempt, &child.args);
-                start_incarnation(&child.shared, &services, g, init, sup_cell).await
+                let (init, prepared) = match child.prepared.take() {
+                    Some(p) => (p.init, Some(p.pending)),
+                    None => (g.init_for(attempt, &child.args), None),
+                };
+                start_incarnation(&child.shared, &services, g, init, prepared, sup_cell).await
             }
             ChildStart::Supervisor(spec) => {
                 let args = SupervisorArgs::nested(id.clone(), (**spec).clone(), services.clone());
@@ -84,9 +87,20 @@ impl SupervisorState {
 
     /// `start_children` over `from..`, in start order. On a failure the failed child is marked restarting
     /// and its id returned (the caller queues a retry).
+    ///
+    /// Pipelined: before the first of a run of consecutive GPU children starts, the device commands of the
+    /// whole run are submitted in start order (one batch for the device); then each child's slot actor
+    /// starts in order and takes over its command. Starts are reported in OTP's order, and a failed start
+    /// still ends the sequence: the later children's commands are taken back (what they brought up is
+    /// killed) and they do not start.
     pub(super) async fn start_children(&mut self, myself: &ActorRef<SupervisorMsg>, from: usize) -> Result<(), String> {
+        let mut prepared_until = from;
         for idx in from..self.children.len() {
+            if idx >= prepared_until {
+                prepared_until = self.prepare_gpu_starts(idx);
+            }
             if self.do_start_child(myself, idx).await.is_err() {
+                self.cancel_prepared_starts(idx + 1..prepared_until).await;
                 self.children[idx].set_run(Run::Restarting, ChildStatus::Restarting);
                 return Err(self.children[idx].spec.id.clone());
             }
@@ -94,13 +108,57 @@ impl SupervisorState {
         Ok(())
     }
 
+    /// Submits the device commands of the run of GPU children that starts at `from` (see
+    /// [`Self::start_children`]); returns the index after the run (`from + 1` if `from` is not a GPU child).
+    fn prepare_gpu_starts(&mut self, from: usize) -> usize {
+        let mut idx = from;
+        while let Some(child) = self.children.get_mut(idx) {
+            let ChildStart::Gpu(g) = &child.spec.start else { break };
+            if child.prepared.is_none() && child.running().is_none() {
+                let init = g.init_for(child.attempts + 1, &child.args);
+                child.prepared = prepare_incarnation(&child.shared, &self.services, g, init);
+            }
+            idx += 1;
+        }
+        idx.max(from + 1)
+    }
+
+    /// Takes back the starts [`Self::prepare_gpu_starts`] submitted for `range` that were not used.
+    async fn cancel_prepared_starts(&mut self, range: std::ops::Range<usize>) {
+        for idx in range {
+            let child = &mut self.children[idx];
+            if let (Some(prepared), ChildStart::Gpu(g)) = (child.prepared.take(), &child.spec.start) {
+                cancel_prepared(&child.shared, prepared, g.timeout()).await;
+            }
+        }
+    }
+
     /// `do_terminate` / `shutdown`: stops a running child by its shutdown spec and reports the exit.
     pub(super) async fn do_terminate(&mut self, idx: usize) {
+        if let Some(stopping) = self.begin_terminate(idx) {
+            self.finish_terminate(stopping).await;
+        }
+    }
+
+    /// The first half of [`Self::do_terminate`]: takes child `idx`'s running incarnation and asks it to stop
+    /// by its shutdown spec, without waiting. `None` if it was not running.
+    fn begin_terminate(&mut self, idx: usize) -> Option<Stopping> {
         let child = &mut self.children[idx];
-        let Some(cell) = child.take_running() else {
-            return;
-        };
-        let reason = shutdown_actor(&cell, child.spec.shutdown).await;
+        let cell = child.take_running()?;
+        let shutdown = child.spec.shutdown;
+        begin_shutdown(&cell, shutdown);
+        // A brutal kill of a GPU child is a device kill: the slot is not drained.
+        if let (Shutdown::BrutalKill, Some(gpu)) = (shutdown, &child.shared.gpu_actor) {
+            stop_orphaned_slot(gpu);
+        }
+        Some(Stopping { idx, cell, shutdown, issued: Instant::now() })
+    }
+
+    /// The second half of [`Self::do_terminate`]: waits for the stop (killing past the shutdown timeout) and
+    /// reports the exit.
+    async fn finish_terminate(&mut self, stopping: Stopping) {
+        let reason = finish_shutdown(&stopping.cell, stopping.shutdown, stopping.issued).await;
+        let child = &self.children[stopping.idx];
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
         if let Some(gpu) = &child.shared.gpu_actor {
             stop_orphaned_slot(gpu);
@@ -111,14 +169,48 @@ impl SupervisorState {
 
     /// `terminate_children` over `from..`, in reverse start order: temporary children are dropped, the others
     /// stay as specs (their handles wait for a restart).
+    ///
+    /// Pipelined: the stops of a run of consecutive GPU children are all issued (in reverse start order)
+    /// before any is waited for, so their drains reach the device as one batch; their exits are then
+    /// reported in reverse start order, as OTP does. Any other child is stopped only after the GPU children
+    /// after it have stopped, and before those before it are asked to.
     pub(super) async fn terminate_children(&mut self, from: usize) {
+        let mut batch: Vec<Stopping> = Vec::new();
+        let mut dropped = Vec::new();
         let mut idx = self.children.len();
         while idx > from {
             idx -= 1;
-            self.do_terminate(idx).await;
+            if self.children[idx].shared.gpu_actor.is_none() {
+                self.finish_batch(&mut batch).await;
+            }
+            match self.begin_terminate(idx) {
+                Some(stopping) => batch.push(stopping),
+                None if self.children[idx].spec.restart != Restart::Temporary => {
+                    self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
+                }
+                None => {}
+            }
+            if self.children[idx].shared.gpu_actor.is_none() {
+                self.finish_batch(&mut batch).await;
+            }
             if self.children[idx].spec.restart == Restart::Temporary {
-                self.remove_child(idx);
-            } else {
+                dropped.push(idx);
+            }
+        }
+        self.finish_batch(&mut batch).await;
+        // Descending: removing a child does not move the ones still to remove.
+        for idx in dropped {
+            self.remove_child(idx);
+        }
+    }
+
+    /// Waits for the stops in `batch` in the order they were issued, reporting each exit and the child's
+    /// next state as it comes.
+    async fn finish_batch(&mut self, batch: &mut Vec<Stopping>) {
+        for stopping in batch.drain(..) {
+            let idx = stopping.idx;
+            self.finish_terminate(stopping).await;
+            if self.children[idx].spec.restart != Restart::Temporary {
                 self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
             }
         }
@@ -282,26 +374,40 @@ impl SupervisorState {
     }
 }
 
-/// Stops `cell` by `shutdown` and says how it ended: OTP's shutdown specs mapped onto ractor's stop (runs
-/// `post_stop`) and kill (does not).
-async fn shutdown_actor(cell: &ActorCell, shutdown: Shutdown) -> ExitReason {
+/// A child asked to stop whose exit is still to be waited for and reported.
+struct Stopping {
+    idx: usize,
+    cell: ActorCell,
+    shutdown: Shutdown,
+    issued: Instant,
+}
+
+/// Asks `cell` to stop by `shutdown`: OTP's shutdown specs mapped onto ractor's stop (runs `post_stop`) and
+/// kill (does not).
+fn begin_shutdown(cell: &ActorCell, shutdown: Shutdown) {
+    match shutdown {
+        Shutdown::BrutalKill => cell.kill(),
+        Shutdown::Timeout(_) | Shutdown::Infinity => cell.stop(Some(stop_reason::SHUTDOWN.to_string())),
+    }
+}
+
+/// Waits for the stop [`begin_shutdown`] asked for at `issued` (killing `cell` once a shutdown timeout has
+/// passed) and says how it ended.
+async fn finish_shutdown(cell: &ActorCell, shutdown: Shutdown, issued: Instant) -> ExitReason {
     match shutdown {
         Shutdown::BrutalKill => {
-            let _ = cell.kill_and_wait(None).await;
+            let _ = cell.wait(None).await;
             ExitReason::Killed
         }
-        Shutdown::Timeout(limit) => {
-            cell.stop(Some(stop_reason::SHUTDOWN.to_string()));
-            match cell.wait(Some(limit)).await {
-                Ok(()) => ExitReason::Shutdown,
-                Err(_) => {
-                    let _ = cell.kill_and_wait(None).await;
-                    ExitReason::Killed
-                }
+        Shutdown::Timeout(limit) => match cell.wait(Some(limit.saturating_sub(issued.elapsed()))).await {
+            Ok(()) => ExitReason::Shutdown,
+            Err(_) => {
+                let _ = cell.kill_and_wait(None).await;
+                ExitReason::Killed
             }
-        }
+        },
         Shutdown::Infinity => {
-            let _ = cell.stop_and_wait(Some(stop_reason::SHUTDOWN.to_string()), None).await;
+            let _ = cell.wait(None).await;
             ExitReason::Shutdown
         }
     }
