@@ -49,6 +49,9 @@
 #define RV_OP_DRAIN 4u
 #define RV_OP_RESUME 5u
 #define RV_OP_INIT 6u /* block 0's record only: a creation waits for the actor's block to run the init */
+/* The cmd_id of a restart block 0 carries out under the host's grant (no command): this bit, the slot in bits
+ * 32-62, the new generation in bits 0-31. Host command ids never have it. */
+#define RV_GRANTED_CMD 0x8000000000000000ull
 
 /* Events, block 0 -> host. */
 #define RV_EVT_CREATED 1u       /* slot Active after Create */
@@ -151,7 +154,9 @@ typedef struct RV_ALIGN(64) rv_control_block {
     uint32_t fault_flags;
     uint32_t fault_seq;
     uint64_t fault_arg;
-    uint8_t host_reserved[40];
+    uint32_t restart_grant; /* the host's standing permission: if the incarnation of this generation fails, block
+                             * 0 restarts it in place at once (same behaviour and init); 0: none */
+    uint8_t host_reserved[36];
 
     /* line 2: device-written ring indices, and block 0's requests to the actor. */
     uint32_t inbox_head;  /* consumer of the inbox: the actor */
@@ -161,7 +166,10 @@ typedef struct RV_ALIGN(64) rv_control_block {
     uint32_t drain_until; /* inbox index at which a drain is complete */
     uint32_t fault_ack;   /* last fault_seq whose one-shot fault the actor consumed */
     uint64_t stall_until_ns; /* the behaviour asked to stall (no progress, no heartbeat) until then */
-    uint8_t device_reserved[32];
+    uint32_t grant_floor;     /* a granted restart: the inbox cells from here on hold messages the host has still
+                               * to read back (hand back); it reuses none of them before it has seen ... */
+    uint32_t grant_floor_gen; /* ... the event of this generation (the restart's); written before inbox_head */
+    uint8_t device_reserved[24];
 
     /* line 3: host-written ring indices. */
     uint32_t inbox_tail;  /* producer of the inbox: the host */
@@ -197,8 +205,8 @@ typedef struct RV_ALIGN(16) rv_event {
     uint64_t cmd_id; /* 0 for events no command caused */
     uint64_t time_ns;
     uint64_t messages_processed;
-    uint32_t op;
-    uint32_t reserved;
+    uint32_t op;          /* the command's op; Failed: RV_OP_RESTART when a granted restart in place follows */
+    uint32_t inbox_start; /* Created/Restarted/CreateFailed: the new incarnation's first inbox index */
 } rv_event;
 
 /* ---------------------------------------------------------------------------------------------------
@@ -281,6 +289,7 @@ typedef struct RV_ALIGN(64) rv_sv_record {
     uint64_t init_old_processed; /* the previous incarnation's messages_processed */
     uint8_t reserved[24];
     rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */
+    rv_command start;   /* the command that started the current incarnation (a granted restart repeats it) */
 } rv_sv_record;
 
 /* The actor's own record of a slot (local region, written only by the block that runs the slot): what its last
@@ -331,7 +340,7 @@ RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
                      RV_OFFSETOF(rv_grid_header, device_faults) == RV_OFFSETOF(rv_grid_header, terminate) + 4,
                  "terminate and device_faults are read with one 64-bit load (little-endian: terminate low)");
 RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
-RV_STATIC_ASSERT(sizeof(rv_sv_record) == 192, "supervisor record is 192 bytes");
+RV_STATIC_ASSERT(sizeof(rv_sv_record) == 320, "supervisor record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");
 

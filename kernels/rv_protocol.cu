@@ -650,7 +650,8 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
     e->time_ns = rv_grid_now_ns(g);
     e->messages_processed = messages_processed;
     e->op = cmd ? cmd->op : RV_OP_NONE;
-    e->reserved = 0;
+    int starts = kind == RV_EVT_CREATED || kind == RV_EVT_RESTARTED || kind == RV_EVT_CREATE_FAILED;
+    e->inbox_start = cmd && starts ? cmd->inbox_index : 0;
     rv_copy16(&g->events[tail & (g->event_capacity - 1)], &local, sizeof(rv_event) / 16);
     rv_store_release_u32(&h->event_tail, tail + 1);
     rv_store_relaxed_u64(&h->events_published, h->events_published + 1);
@@ -747,8 +748,12 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
     rv_store_release_u32(&cb->inbox_head, start);
 
     /* The behaviour's init runs on the actor's own block (rv_actor_init): a slow or stuck init never holds
-     * block 0. The command and what its event will say wait in block 0's record; pending_op is published last. */
+     * block 0. The command and what its event will say wait in block 0's record; pending_op is published last.
+     * The command is also kept as the incarnation's start (a granted restart repeats it); its inbox index
+     * becomes the one the incarnation starts at (the event's inbox_start). */
     if (&rec->pending != cmd) rec->pending = *cmd;
+    rec->pending.inbox_index = start;
+    rec->start = rec->pending;
     rec->init_event = success_kind;
     rec->init_old_head = old_head;
     rec->init_old_failed = old_failed;
@@ -872,6 +877,33 @@ RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
     rv_store_release_dev_u32(&rec->device_seq, rec->device_seq + 1);
 }
 
+/* The host granted a restart in place of the incarnation that just failed in `slot` (its restart_grant names the
+ * generation), block 0 knows how it was started, and the host's inbox tail is a plausible index. */
+RV_FN int rv_restart_granted(const rv_grid_view *g, uint32_t slot) {
+    rv_control_block *cb = &g->blocks[slot];
+    return g->sv[slot].start.op != RV_OP_NONE && rv_load_acquire_u32(&cb->restart_grant) == cb->generation &&
+           rv_index_near(g, rv_load_acquire_u32(&cb->inbox_tail), cb->inbox_head);
+}
+
+/* Block 0 restarts a failed slot in place under the host's grant, without waiting for the host: the command
+ * that started the incarnation, again, as a Restart with a cmd_id of its own (RV_GRANTED_CMD). The messages
+ * queued up to the host's current tail are the host's to hand back; those it sends from now on are the new
+ * incarnation's. The host must not reuse the cells of the ones it hands back before it has read them:
+ * grant_floor says where they start, published before the new inbox head. */
+RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot) {
+    rv_control_block *cb = &g->blocks[slot];
+    rv_command cmd = g->sv[slot].start;
+    uint32_t next = cb->generation + 1;
+    cmd.op = RV_OP_RESTART;
+    cmd.slot = slot;
+    cmd.expected_generation = cb->generation;
+    cmd.cmd_id = RV_GRANTED_CMD | ((uint64_t)slot << 32) | (uint64_t)next;
+    cmd.inbox_index = rv_load_acquire_u32(&cb->inbox_tail);
+    rv_store_relaxed_u32(&cb->grant_floor, cb->inbox_head);
+    rv_store_release_u32(&cb->grant_floor_gen, next);
+    rv_sv_create(g, &cmd, RV_EVT_RESTARTED);
+}
+
 /* Looks at a slot whose actor raised attention: completes a pending command, reports a state change. */
 RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
@@ -907,7 +939,16 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     uint32_t state = rv_load_acquire_u32(&cb->state);
     if (state == rec->reported_state || rec->pending_op != RV_OP_NONE) return;
     if (state == RV_STATE_FAILED) {
-        rv_publish(g, RV_EVT_FAILED, slot, 0, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+        /* The Failed event says whether a granted restart follows (op RV_OP_RESTART): the host learns it from
+         * the same record as the failure, whatever it wrote to restart_grant meanwhile. */
+        int granted = rv_restart_granted(g, slot);
+        rv_command note;
+        rv_zero16(&note, sizeof(note) / 16);
+        note.op = granted ? RV_OP_RESTART : RV_OP_NONE;
+        rv_publish(g, RV_EVT_FAILED, slot, &note, cb->last_error, cb->inbox_head, cb->failed_index, 0);
+        rec->reported_state = state;
+        if (granted) rv_sv_granted_restart(g, slot);
+        return;
     } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
         rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, rv_reclaim_k2k(g, slot));
     }

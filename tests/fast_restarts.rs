@@ -1,14 +1,16 @@
 //! Restarts at device speed, observable behaviour: a group restart over GPU children is pipelined (every
 //! stop issued before any is waited for, every start submitted before the first is waited for) and still
 //! reports exits and starts in OTP's order; a failed start in a pipelined group start ends the sequence
-//! where OTP would and takes back the starts submitted after it.
+//! where OTP would and takes back the starts submitted after it. A granted restart is carried out by block
+//! 0 alone, with the messages accounted as for any restart, and shows in the tree as OTP's restart does;
+//! grants never outrun the intensity budget, and a withdrawn grant is not used.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{DeviceConfig, Fault, SlotState};
+use ringvisor::device::{DeviceConfig, EventKind, Fault, SlotEvent, SlotState, UndeliveredReason};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -171,5 +173,144 @@ async fn a_failed_start_in_a_pipelined_group_start_ends_the_sequence_and_takes_b
     }
     let active = (0..16).filter(|s| rt.device().host_view(*s).unwrap().1 == SlotState::Active).count();
     assert_eq!(active, 4, "no incarnation left behind");
+    rt.shutdown().await;
+}
+
+/// Device events of `slot` until one of `kind` for generation `generation` or later; returns them all.
+async fn device_events_until(
+    events: &ringvisor::device::Stream<SlotEvent>,
+    kind: EventKind,
+    min_generation: u32,
+) -> Vec<SlotEvent> {
+    let mut out = Vec::new();
+    loop {
+        let e = tokio::time::timeout(T, events.recv()).await.expect("device event").expect("events");
+        let done = e.event.kind == kind && e.event.generation >= min_generation;
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_restart_is_carried_out_by_block_0_and_reported_and_accounted_as_otp_does() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(5, Duration::from_secs(60)).child(gpu("g"));
+    let rt = Runtime::builder().device(config()).root_id("root").start(spec).await.unwrap();
+    let g = rt.gpu("app/g").unwrap();
+    let generation = rt.device().host_view(g.slot()).unwrap().0;
+    let device_events = rt.device().subscribe_slot(g.slot()).unwrap();
+    let mut events = rt.services().events().subscribe();
+    // Stalled, so the failing message and the three behind it are queued together.
+    rt.device().inject(g.slot(), Fault::Stall).unwrap();
+    g.send(&fail_msg()).unwrap();
+    for i in 0..3u32 {
+        g.send(&[1u32.to_le_bytes(), i.to_le_bytes()].concat()).unwrap();
+    }
+    rt.device().inject(g.slot(), Fault::ClearStall).unwrap();
+
+    let seen = device_events_until(&device_events, EventKind::Restarted, generation + 1).await;
+    let restarted = seen.last().unwrap();
+    assert!(restarted.event.by_grant(), "block 0 restarted it without a command: {restarted:?}");
+    assert!(seen.iter().any(|e| e.event.restart_by_grant_follows()), "the Failed event announced it: {seen:?}");
+    assert_eq!(restarted.event.generation, generation + 1);
+    // The messages queued at the failure are handed back exactly once: the one it failed on, and the rest.
+    let reasons: Vec<UndeliveredReason> = seen.iter().flat_map(|e| e.undelivered.iter().map(|u| u.reason)).collect();
+    assert_eq!(
+        reasons,
+        [
+            UndeliveredReason::InFlightAtCrash,
+            UndeliveredReason::LeftInInbox,
+            UndeliveredReason::LeftInInbox,
+            UndeliveredReason::LeftInInbox
+        ]
+    );
+    // The tree sees what OTP shows: the exit, the restart, the start; one restart counted.
+    let got = trace(&mut events, 1).await;
+    assert_eq!(got, ["-g", "+g"]);
+    let counted = rt.root().count_children().await.unwrap();
+    assert_eq!(counted.active, 1);
+    // The next incarnation took over the device actor block 0 started: no second restart.
+    assert_eq!(rt.device().host_view(g.slot()).unwrap(), (generation + 1, SlotState::Active));
+    assert_eq!(g.call(&1u32.to_le_bytes(), T).await.unwrap().payload().unwrap(), 1u32.to_le_bytes());
+    assert_eq!(rt.dead_letters().stats().total(), 4);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_failures_escalates_exactly_when_otp_would_and_grants_never_exceed_the_budget() {
+    // Intensity 3: the fourth failure within the window shuts the supervisor down, grants or not.
+    let burst = (0..6).fold(SupervisorSpec::new(Strategy::OneForOne).intensity(3, Duration::from_secs(60)), |s, i| {
+        s.child(gpu(&format!("b{i}")))
+    });
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(0, Duration::from_secs(60))
+        .child(ChildSpec::supervisor("burst", burst).name("app/burst"));
+    let rt = Runtime::builder().device(config()).root_id("root").start(spec).await.unwrap();
+    let device_events = rt.device().subscribe();
+    let mut events = rt.services().events().subscribe();
+    let workers: Vec<_> = (0..6).map(|i| rt.gpu(&format!("app/b{i}")).unwrap()).collect();
+    for w in &workers {
+        w.send(&fail_msg()).unwrap();
+    }
+    let (mut restarts, mut escalated) = (0, false);
+    while !escalated {
+        match tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events") {
+            TreeEvent::Restarting { supervisor, .. } if supervisor == "burst" => restarts += 1,
+            TreeEvent::IntensityReached { supervisor } if supervisor == "burst" => escalated = true,
+            _ => {}
+        }
+    }
+    assert_eq!(restarts, 3, "three restarts allowed, the fourth failure escalates");
+    // Every failure block 0 has reported so far: at most three followed by a restart by grant (the budget).
+    let mut by_grant = 0;
+    while let Some(e) = device_events.try_recv() {
+        if e.event.restart_by_grant_follows() {
+            by_grant += 1;
+        }
+    }
+    assert!(by_grant <= 3, "{by_grant} restarts by grant with a budget of 3");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_withdrawn_when_the_budget_is_spent_is_not_used() {
+    let stops = Arc::new(AtomicU32::new(0));
+    // Intensity 1: at the start the budget covers one grant, g's. The host child's restart spends it, which
+    // withdraws g's grant; g's failure is then the host's to decide (and it escalates, as OTP would).
+    let inner = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(1, Duration::from_secs(60))
+        .child(gpu("g"))
+        .child(host("h", stops.clone()).name("app/h"));
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(0, Duration::from_secs(60))
+        .child(ChildSpec::supervisor("inner", inner).name("app/inner"));
+    let rt = Runtime::builder().device(config()).root_id("root").start(spec).await.unwrap();
+    let g = rt.gpu("app/g").unwrap();
+    let generation = rt.device().host_view(g.slot()).unwrap().0;
+    let device_events = rt.device().subscribe_slot(g.slot()).unwrap();
+    let mut events = rt.services().events().subscribe();
+    let h: ActorRef<()> = rt.registry().lookup("app/h").unwrap().actor().unwrap().into();
+    h.stop(Some("crash".into())); // an abnormal exit of h
+    loop {
+        if let TreeEvent::ChildStarted { child, .. } =
+            tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events")
+        {
+            assert_eq!(child, "h");
+            break;
+        }
+    }
+    g.send(&fail_msg()).unwrap();
+    loop {
+        match tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events") {
+            TreeEvent::IntensityReached { supervisor } if supervisor == "inner" => break,
+            TreeEvent::Restarting { child, .. } if child == "g" => panic!("g restarted past the budget"),
+            _ => {}
+        }
+    }
+    let seen = device_events_until(&device_events, EventKind::Failed, generation).await;
+    let failed = seen.last().unwrap();
+    assert!(!failed.event.restart_by_grant_follows(), "block 0 must not restart g in place: {failed:?}");
+    assert!(seen.iter().all(|e| !e.event.by_grant()), "no restart by grant: {seen:?}");
     rt.shutdown().await;
 }

@@ -2,7 +2,7 @@
 
 use crate::codes::DeviceCode;
 pub use crate::codes::{CommandOp, EventKind, SlotState, UndeliveredReason};
-use crate::layout::RawEvent;
+use crate::layout::{RawEvent, RV_GRANTED_CMD, RV_OP_RESTART};
 use crate::message::Envelope;
 
 /// One event published by block 0.
@@ -29,9 +29,22 @@ pub struct DeviceEvent {
     pub time_ns: u64,
     pub(crate) inbox_head: u32,
     pub(crate) failed_index: u32,
+    /// The command op the event reports (Failed: `RV_OP_RESTART` when a restart by grant follows).
+    pub(crate) op: u32,
 }
 
 impl DeviceEvent {
+    /// A Failed event after which block 0 restarts the slot in place under the host's grant (the grant was
+    /// in force when block 0 saw the failure).
+    pub fn restart_by_grant_follows(&self) -> bool {
+        self.kind == EventKind::Failed && self.op == RV_OP_RESTART
+    }
+
+    /// The event of a restart block 0 carried out under the host's grant (see [`Device::set_restart_grant`](crate::Device::set_restart_grant)).
+    pub fn by_grant(&self) -> bool {
+        self.cmd_id & RV_GRANTED_CMD != 0
+    }
+
     pub(crate) fn from_raw(raw: &RawEvent) -> Self {
         Self {
             kind: EventKind::from_raw(raw.kind),
@@ -45,6 +58,7 @@ impl DeviceEvent {
             time_ns: raw.time_ns,
             inbox_head: raw.inbox_head,
             failed_index: raw.failed_index,
+            op: raw.op,
         }
     }
 }

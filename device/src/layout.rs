@@ -30,6 +30,9 @@ pub const RV_HOST_ENDPOINT: u32 = 0xFFFF_FFFF;
 pub const RV_MAX_SENDS_PER_MESSAGE: u32 = 4;
 /// Most commands block 0 carries out in one step (its heartbeat moves after each).
 pub const RV_COMMANDS_PER_STEP: u32 = 1024;
+/// The cmd_id bit of a restart block 0 carried out under the host's grant (slot in bits 32-62, the new
+/// generation in bits 0-31).
+pub const RV_GRANTED_CMD: u64 = 1 << 63;
 /// An idle Active actor's heartbeat interval.
 pub const RV_IDLE_BEAT_NS: u64 = 1_000_000;
 /// `rv_actor_record.quiet`: the next step is a full one.
@@ -162,7 +165,8 @@ pub struct RawControlBlock {
     pub fault_flags: u32,
     pub fault_seq: u32,
     pub fault_arg: u64,
-    pub host_reserved: [u8; 40],
+    pub restart_grant: u32,
+    pub host_reserved: [u8; 36],
     // line 2: device-written indices and block 0's requests
     pub inbox_head: u32,
     pub outbox_tail: u32,
@@ -171,7 +175,9 @@ pub struct RawControlBlock {
     pub drain_until: u32,
     pub fault_ack: u32,
     pub stall_until_ns: u64,
-    pub device_reserved: [u8; 32],
+    pub grant_floor: u32,
+    pub grant_floor_gen: u32,
+    pub device_reserved: [u8; 24],
     // line 3: host-written indices
     pub inbox_tail: u32,
     pub outbox_head: u32,
@@ -209,7 +215,7 @@ pub struct RawEvent {
     pub time_ns: u64,
     pub messages_processed: u64,
     pub op: u32,
-    pub reserved: u32,
+    pub inbox_start: u32,
 }
 
 /// `rv_grid_header`: 576 bytes at the start of the shared region.
@@ -295,6 +301,7 @@ pub struct RawSvRecord {
     pub init_old_processed: u64,
     pub reserved: [u8; 24],
     pub pending: RawCommand,
+    pub start: RawCommand,
 }
 
 /// `rv_k2k_meta`: indices of a slot's kernel-to-kernel ring (local region).
@@ -339,7 +346,7 @@ const _: () = {
     assert!(size_of::<RawGridHeader>() == 576 && align_of::<RawGridHeader>() == 64);
     assert!(size_of::<RawLocalHeader>() == 64);
     assert!(size_of::<RawActorRecord>() == 64);
-    assert!(size_of::<RawSvRecord>() == 192);
+    assert!(size_of::<RawSvRecord>() == 320);
     assert!(size_of::<RawK2kMeta>() == 128);
     assert!(size_of::<RawK2kCell>() == 144);
     // writer grouping of the control block: each line starts where the C header says

@@ -187,6 +187,26 @@ impl SharedGrid {
         self.notify_actor(slot);
     }
 
+    /// Grants block 0 a restart in place of `slot`'s incarnation of `generation` if it fails (0: none).
+    pub(crate) fn write_restart_grant(&self, slot: u32, generation: u32) {
+        // SAFETY: aligned, host-owned field of a live control block.
+        unsafe { store_u32(addr_of_mut!((*self.block(slot)).restart_grant), generation, Ordering::Release) }
+    }
+
+    /// The inbox head of `slot` with, if block 0 restarted it under a grant, where the cells the host has still
+    /// to read back start and the generation whose event it must see first: `(head, grant_floor_gen,
+    /// grant_floor)`, read in the order block 0 writes them in reverse (see `rv_sv_granted_restart`).
+    pub(crate) fn inbox_head_and_grant_floor(&self, slot: u32) -> (u32, u32, u32) {
+        let b = self.block(slot);
+        // SAFETY: aligned fields of a live control block.
+        unsafe {
+            let head = load_u32(addr_of_mut!((*b).inbox_head), Ordering::Acquire);
+            let floor_gen = load_u32(addr_of_mut!((*b).grant_floor_gen), Ordering::Acquire);
+            let floor = load_u32(addr_of_mut!((*b).grant_floor), Ordering::Relaxed);
+            (head, floor_gen, floor)
+        }
+    }
+
     /// Records the op of the command the host has in flight for `slot` (diagnostics only).
     pub(crate) fn write_pending_op(&self, slot: u32, op: u32) {
         // SAFETY: aligned, host-owned field of a live control block.

@@ -64,6 +64,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             fault_flags,
             fault_seq,
             fault_arg,
+            restart_grant,
             host_reserved,
             inbox_head,
             outbox_tail,
@@ -72,6 +73,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             drain_until,
             fault_ack,
             stall_until_ns,
+            grant_floor,
+            grant_floor_gen,
             device_reserved,
             inbox_tail,
             outbox_head,
@@ -102,7 +105,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             time_ns,
             messages_processed,
             op,
-            reserved,
+            inbox_start,
         ]
     );
     fields!(
@@ -169,7 +172,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             init_dropped,
             init_old_processed,
             reserved,
-            pending
+            pending,
+            start
         ]
     );
     fields!(
@@ -198,6 +202,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_HOST_ENDPOINT,
             RV_MAX_SENDS_PER_MESSAGE,
             RV_COMMANDS_PER_STEP,
+            RV_GRANTED_CMD,
             RV_IDLE_BEAT_NS,
             RV_QUIET_NO,
             RV_QUIET_STOPPED,

@@ -252,7 +252,82 @@ fn a_slow_init_holds_neither_block0_nor_other_slots() {
     assert_eq!((e.event.kind, e.event.slot, e.event.state), (EventKind::Created, 0, SlotState::Active));
 }
 
+/// The events of `slot` up to (and with) the first of `kind`.
+fn events_until(events: &Stream<SlotEvent>, kind: EventKind) -> Vec<SlotEvent> {
+    let mut out = Vec::new();
+    loop {
+        let e = events.recv_timeout(T).expect("device event");
+        let done = e.event.kind == kind;
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+fn a_granted_restart_runs_on_block_0_alone_and_hands_back_what_was_queued() {
+    let d = open(4);
+    let mut init = POISON.to_le_bytes().to_vec();
+    init.extend_from_slice(&0u32.to_le_bytes());
+    d.create(1, "test", &init).unwrap().wait_blocking(T).unwrap();
+    let events = d.subscribe_slot(1).unwrap();
+    d.set_restart_grant(1, true).unwrap();
+    d.inject(1, Fault::Stall).unwrap();
+    let fail = d.send(1, &test_msg(2, 0, 0)).unwrap();
+    let queued: Vec<u64> = (0..3).map(|i| d.send(1, &test_msg(1, i, 0)).unwrap()).collect();
+    d.inject(1, Fault::ClearStall).unwrap();
+    let seen = events_until(&events, EventKind::Restarted);
+    let (failed, restarted) = (&seen[0], seen.last().unwrap());
+    assert_eq!(failed.event.kind, EventKind::Failed);
+    assert!(failed.event.restart_by_grant_follows());
+    assert!(restarted.event.by_grant() && restarted.event.cmd_id != 0);
+    assert_eq!((restarted.event.generation, restarted.event.state), (2, SlotState::Active));
+    // Exactly once: the message it failed on, then the three queued behind it, in order.
+    let back: Vec<(u64, UndeliveredReason)> =
+        seen.iter().flat_map(|e| e.undelivered.iter().map(|u| (u.envelope.correlation, u.reason))).collect();
+    let mut expected = vec![(fail, UndeliveredReason::InFlightAtCrash)];
+    expected.extend(queued.iter().map(|&c| (c, UndeliveredReason::LeftInInbox)));
+    assert_eq!(back, expected);
+    // The restart repeated the start (same behaviour, same init: the poison value is the one given).
+    assert!(matches!(d.call(1, &POISON.to_le_bytes(), T), Err(DeviceError::Undelivered { .. })));
+    // The grant was for generation 1: used once, the new incarnation holds none.
+    let seen = events_until(&events, EventKind::Failed);
+    assert!(!seen.last().unwrap().event.restart_by_grant_follows());
+    assert_eq!(d.host_view(1).unwrap(), (2, SlotState::Failed));
+}
+
+fn a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host() {
+    let d = open(4);
+    for slot in [0, 1] {
+        d.create(slot, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    }
+    d.set_restart_grant(0, true).unwrap();
+    d.set_restart_grant(0, false).unwrap();
+    for slot in [0, 1] {
+        let events = d.subscribe_slot(slot).unwrap();
+        d.inject(slot, Fault::CrashNextMessage).unwrap();
+        d.send(slot, &1i64.to_le_bytes()).unwrap();
+        let seen = events_until(&events, EventKind::Failed);
+        assert!(!seen.last().unwrap().event.restart_by_grant_follows(), "slot {slot}");
+        assert!(d.take_granted_restart(slot).is_none());
+        // The host restarts it, as before grants.
+        let e = d.restart(slot, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+        assert_eq!((e.event.kind, e.event.generation, e.event.by_grant()), (EventKind::Restarted, 2, false));
+    }
+    // A grant is refused for a slot that is not Active: nothing to restart.
+    d.inject(1, Fault::CrashNextMessage).unwrap();
+    let events = d.subscribe_slot(1).unwrap();
+    d.send(1, &1i64.to_le_bytes()).unwrap();
+    events_until(&events, EventKind::Failed);
+    d.set_restart_grant(1, true).unwrap();
+    assert!(d.take_granted_restart(1).is_none());
+    assert_eq!(d.host_view(1).unwrap(), (2, SlotState::Failed));
+    assert!(matches!(d.set_restart_grant(9, true), Err(DeviceError::SlotOutOfRange { .. })));
+}
+
 on_every_backend!(
+    a_granted_restart_runs_on_block_0_alone_and_hands_back_what_was_queued,
+    a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host,
     a_slow_init_holds_neither_block0_nor_other_slots,
     create_call_and_generation_bump_on_restart,
     kv_store_put_get_delete,

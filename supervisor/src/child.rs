@@ -156,6 +156,12 @@ impl GpuChild {
         self.start_timeout
     }
 
+    /// Every start hands the behaviour the same init bytes (given `dynamic_args`): a restart the device
+    /// carries out by itself (a grant) would start it as the supervisor does.
+    pub(crate) fn same_init_every_start(&self, dynamic_args: &[u8]) -> bool {
+        !dynamic_args.is_empty() || matches!(self.init, GpuInit::Fixed(_))
+    }
+
     pub(crate) fn init_for(&self, attempt: u32, dynamic_args: &[u8]) -> Vec<u8> {
         if !dynamic_args.is_empty() {
             return dynamic_args.to_vec();

@@ -18,6 +18,19 @@ impl Intensity {
 
     /// Records a restart at `now`; false when it exceeds the intensity (the supervisor must shut down).
     pub(crate) fn add_restart(&mut self, now: Instant) -> bool {
+        self.forget_before(now);
+        self.restarts.push_back(now);
+        self.restarts.len() as u64 <= u64::from(self.max)
+    }
+
+    /// How many more restarts at `now` would still be allowed.
+    pub(crate) fn remaining(&mut self, now: Instant) -> u32 {
+        self.forget_before(now);
+        self.max.saturating_sub(u32::try_from(self.restarts.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Drops the restarts that have left the window ending at `now`.
+    fn forget_before(&mut self, now: Instant) {
         while let Some(&oldest) = self.restarts.front() {
             if now.saturating_duration_since(oldest) > self.period {
                 self.restarts.pop_front();
@@ -25,8 +38,6 @@ impl Intensity {
                 break;
             }
         }
-        self.restarts.push_back(now);
-        self.restarts.len() as u64 <= u64::from(self.max)
     }
 }
 
@@ -50,6 +61,18 @@ mod tests {
         for n in 0..100 {
             assert!(i.add_restart(t0 + Duration::from_millis(1001 * n)));
         }
+    }
+
+    #[test]
+    fn remaining_counts_down_to_the_refused_restart_and_recovers_as_the_window_slides() {
+        let t0 = Instant::now();
+        let mut i = Intensity::new(2, Duration::from_secs(5));
+        assert_eq!(i.remaining(t0), 2);
+        assert!(i.add_restart(t0));
+        assert_eq!(i.remaining(t0), 1);
+        assert!(i.add_restart(t0));
+        assert_eq!(i.remaining(t0), 0);
+        assert_eq!(i.remaining(t0 + Duration::from_secs(6)), 2);
     }
 
     #[test]

@@ -12,15 +12,16 @@
 //! - [`DeviceInner::settle`]: counts what was handed back and fails the calls waiting for it.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use super::{Device, DeviceInner};
+use super::{CommandWaiter, Device, DeviceInner};
 use crate::codes::{DeviceCode, EventKind, SlotState, UndeliveredReason};
 use crate::error::DeviceError;
 use crate::event::{DeviceEvent, SlotEvent, Undelivered};
 use crate::layout::*;
 use crate::message::Envelope;
 use crate::shared::SharedGrid;
-use crate::sync::lock;
+use crate::sync::{lock, Completion};
 
 pub(super) struct PendingOp {
     pub(super) cmd_id: u64,
@@ -53,6 +54,9 @@ pub(super) struct SlotHost {
     pub(super) fault_seq: u32,
     /// Given up on (see [`Device::quarantine`]): refuses commands and messages until the device restarts.
     pub(super) quarantined: bool,
+    /// A restart block 0 carries out under the host's grant, announced by the last Failed event: its cmd_id
+    /// and outcome, until someone takes it (`Device::take_granted_restart`).
+    pub(super) granted: Option<(u64, CommandWaiter)>,
 }
 
 impl SlotHost {
@@ -71,20 +75,30 @@ impl SlotHost {
             fault_flags: 0,
             fault_seq: 0,
             quarantined: false,
+            granted: None,
         }
     }
 }
 
 /// The lowest inbox index still in use: a restart's reclaim floor if one is pending, else the device's
-/// consumer index, read again only when the cached one leaves no room.
+/// consumer index, read again only when the cached one leaves no room. After a restart block 0 carried out
+/// under a grant, and until the host has read its event (and handed back what it ended), the cells from the
+/// restart's grant floor on are still in use.
 pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, capacity: u32) -> u32 {
     if let Some(floor) = host.pending.as_ref().and_then(|p| p.floor) {
         return floor;
     }
     if host.tail.wrapping_sub(host.cached_head) >= capacity {
-        host.cached_head = grid.inbox_head(slot);
+        let (head, floor_gen, floor) = grid.inbox_head_and_grant_floor(slot);
+        let unread_restart = floor_gen != 0 && (floor_gen.wrapping_sub(host.generation) as i32) > 0;
+        host.cached_head = if unread_restart && at_or_after(head, floor) { floor } else { head };
     }
     host.cached_head
+}
+
+/// The cmd_id of the restart block 0 carries out under a grant, bringing `slot` to `generation`.
+pub(super) fn granted_cmd_id(slot: u32, generation: u32) -> u64 {
+    RV_GRANTED_CMD | (u64::from(slot) << 32) | u64::from(generation)
 }
 
 /// `a` is at or after `b` in wrapping index order.
@@ -135,6 +149,8 @@ impl DeviceInner {
                 EventKind::Created | EventKind::Restarted | EventKind::CreateFailed => {
                     let cutoff = match &host.pending {
                         Some(p) if pending_matches => p.cutoff,
+                        // A granted restart: block 0 chose the cutoff (the tail it read).
+                        _ if event.cmd_id & RV_GRANTED_CMD != 0 => raw.inbox_start,
                         _ => self.grid.inbox_head(event.slot),
                     };
                     self.hand_back_incarnation(&mut host, &event, cutoff, &mut undelivered);
@@ -155,6 +171,12 @@ impl DeviceInner {
                 }
                 EventKind::Failed => {
                     host.failed_tail = Some(host.tail);
+                    host.granted = event.restart_by_grant_follows().then(|| {
+                        let cmd_id = granted_cmd_id(event.slot, event.generation.wrapping_add(1));
+                        let waiter: CommandWaiter = Arc::new(Completion::new());
+                        lock(&self.commands).insert(cmd_id, waiter.clone());
+                        (cmd_id, waiter)
+                    });
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {
                         let env = Envelope::from_raw(&self.grid.read_inbox(event.slot, event.failed_index));
                         undelivered.push(Undelivered {
@@ -283,6 +305,7 @@ impl DeviceInner {
             time_ns: 0,
             inbox_head: head,
             failed_index: RV_NO_INDEX,
+            op: RV_OP_NONE,
         };
         self.settle(&undelivered);
         SlotEvent { event, undelivered }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::accounting::PendingOp;
-use super::{Device, DeviceInner};
+use super::{CommandWaiter, Device, DeviceInner};
 use crate::behaviour::{AsBehaviour, BehaviourId};
 use crate::codes::{CommandOp, EventKind, SlotState};
 use crate::error::DeviceError;
@@ -15,8 +15,6 @@ use crate::layout::*;
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
 
-/// Waits for a command's outcome.
-pub(super) type CommandWaiter = Arc<Completion<Result<SlotEvent, DeviceError>>>;
 
 /// A command submitted to block 0; resolves when the device reports its outcome.
 pub struct PendingCommand {
@@ -33,6 +31,10 @@ impl std::fmt::Debug for PendingCommand {
 }
 
 impl PendingCommand {
+    pub(super) fn new(cmd_id: u64, slot: u32, completion: CommandWaiter, device: Weak<DeviceInner>) -> Self {
+        Self { cmd_id, slot, completion, device }
+    }
+
     /// The command's id (also in the resulting event).
     pub fn id(&self) -> u64 {
         self.cmd_id

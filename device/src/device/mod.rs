@@ -27,13 +27,14 @@
 //!
 //! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
 //! calls), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
-//! injection), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back), `poll.rs`
+//! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back), `poll.rs`
 //! (the poller).
 
 mod accounting;
 mod commands;
 mod config;
 mod faults;
+mod grants;
 mod health;
 mod messages;
 mod poll;
@@ -53,7 +54,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accounting::SlotHost;
-use commands::CommandWaiter;
 use messages::CallWaiter;
 use poll::PollState;
 use subscribers::Subscriber;
@@ -63,8 +63,12 @@ use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use crate::message::Reply;
 use crate::shared::SharedGrid;
-use crate::sync::Stream;
+use crate::event::SlotEvent;
+use crate::sync::{Completion, Stream};
 use crate::wait::Parker;
+
+/// Waits for a command's outcome.
+pub(super) type CommandWaiter = Arc<Completion<Result<SlotEvent, DeviceError>>>;
 
 /// What every handle of one device shares: the regions (through the executor), the host's per-slot state, the
 /// waiters, the subscribers and the poller's positions. Its methods live in the file of their job.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell};
-use ringvisor_device::{BehaviourId, PendingCommand, SlotState};
+use ringvisor_device::{BehaviourId, CommandOp, CommandRequest, DeviceError, PendingCommand, SlotEvent, SlotState};
 
 use super::slot_actor::{SlotActor, SlotArgs};
 use super::slots::DeviceSlots;
@@ -117,8 +117,12 @@ pub(crate) async fn start_incarnation(
 }
 
 /// After a GPU child's slot actor has exited (however it exited): a device actor still running (its slot
-/// actor was killed) is killed so it stops consuming messages.
+/// actor was killed, or block 0 restarted it under a grant no incarnation will take) is killed so it stops
+/// consuming messages.
 pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
+    if kill_granted_restart(gpu) {
+        return;
+    }
     let (device, slot) = (gpu.device(), gpu.slot());
     if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = device.host_view(slot) {
         let _ = device.kill(slot);
@@ -126,10 +130,40 @@ pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
 }
 
 /// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
-/// letters (a restart would have kept the ones sent after the failure).
+/// letters (a restart would have kept the ones sent after the failure), and so is an incarnation block 0
+/// started under a grant.
 pub(crate) fn retire_slot(gpu: &GpuActorShared) {
+    if kill_granted_restart(gpu) {
+        return;
+    }
     let (device, slot) = (gpu.device(), gpu.slot());
     if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
         let _ = device.kill(slot);
     }
 }
+
+/// A restart block 0 carries out under a grant that no incarnation will take: once it is done, the
+/// incarnation it started (that generation only) is killed. False if there was none.
+fn kill_granted_restart(gpu: &GpuActorShared) -> bool {
+    let (device, slot) = (gpu.device().clone(), gpu.slot());
+    let Some(restart) = device.take_granted_restart(slot) else { return false };
+    let kill = move |started: Result<SlotEvent, DeviceError>| {
+        if let Ok(started) = started {
+            let _ = device.submit(CommandRequest {
+                op: CommandOp::Kill,
+                slot,
+                expected_generation: Some(started.event.generation),
+                behaviour: None,
+                init: Vec::new(),
+            });
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(async move { kill(restart.wait(GRANTED_RESTART_WAIT).await) })),
+        Err(_) => kill(restart.wait_blocking(GRANTED_RESTART_WAIT)),
+    }
+    true
+}
+
+/// How long a granted restart may take before the host stops waiting to kill what it started.
+const GRANTED_RESTART_WAIT: Duration = Duration::from_secs(5);

@@ -75,7 +75,8 @@ impl Actor for SlotActor {
             }
             // Attach first: a failure right after creation must reach this actor.
             slots.attach(slot, myself.clone());
-            let prepared = args.prepared.take();
+            // A start submitted ahead (a group start), or a restart block 0 already carries out (a grant).
+            let prepared = args.prepared.take().or_else(|| device.take_granted_restart(slot));
             let submitted_early = prepared.is_some();
             match bring_up(&device, slot, &args, prepared, deadline, ack_wait).await {
                 Ok(Some(generation)) if submitted_early => {
@@ -265,9 +266,10 @@ impl SlotActorState {
             return Ok(());
         }
         let snap = device.snapshot(self.slot)?;
-        // An incarnation that ended (its event lost or late) for a whole timeout is treated as failed.
+        // An incarnation that ended (its event lost or late) for a whole timeout is treated as failed; a newer
+        // generation means it ended too (block 0 restarted it under a grant).
         let ended =
-            snap.generation == self.generation && matches!(snap.state, SlotState::Failed | SlotState::Terminated);
+            snap.generation != self.generation || matches!(snap.state, SlotState::Failed | SlotState::Terminated);
         match (ended, w.ended_since) {
             (false, _) => w.ended_since = None,
             (true, None) => w.ended_since = Some(Instant::now()),

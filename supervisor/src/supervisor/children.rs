@@ -29,6 +29,8 @@ pub(super) struct Child {
     pub(super) consecutive: u32,
     /// A GPU child's next start, already submitted to the device (a pipelined group start).
     pub(super) prepared: Option<PreparedStart>,
+    /// The running incarnation holds a restart grant (see `grants.rs`).
+    pub(super) granted: bool,
 }
 
 impl Child {
@@ -93,6 +95,7 @@ impl SupervisorState {
             started_at: None,
             consecutive: 0,
             prepared: None,
+            granted: false,
         })
     }
 

@@ -6,11 +6,13 @@
 //! - `state_machine.rs`: `supervisor.erl`'s decisions, one function each, named as there;
 //! - `children.rs`: the child table (a child's run state and its handles' status change together);
 //! - `admin.rs`: the admin API's handlers and their OTP errors;
+//! - `grants.rs`: which GPU children let block 0 restart them in place (restart grants);
 //! - `client.rs`: [`SupervisorRef`], the messages it sends, and the answer types.
 
 mod admin;
 mod children;
 mod client;
+mod grants;
 mod state_machine;
 
 pub use client::{ChildCount, ChildInfo, SupervisorMsg, SupervisorRef};
@@ -143,6 +145,7 @@ impl Actor for Supervisor {
             }
         }
         state.record_gauges();
+        state.refresh_grants();
         Ok(state)
     }
 
@@ -194,6 +197,7 @@ impl Actor for Supervisor {
                 let _ = reply.send(());
             }
         }
+        state.refresh_grants();
         Ok(())
     }
 
@@ -214,6 +218,7 @@ impl Actor for Supervisor {
                 state.restart_child(&myself, idx, reason).await;
             }
         }
+        state.refresh_grants();
         Ok(())
     }
 

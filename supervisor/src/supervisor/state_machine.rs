@@ -55,6 +55,7 @@ impl SupervisorState {
             }
         };
         let child_type = child.spec.child_type();
+        child.granted = false; // a new incarnation has no grant yet (see `refresh_grants`)
         match started {
             Ok(cell) => {
                 child.set_run(Run::Running(cell), ChildStatus::Running);
@@ -145,6 +146,7 @@ impl SupervisorState {
     fn begin_terminate(&mut self, idx: usize) -> Option<Stopping> {
         let child = &mut self.children[idx];
         let cell = child.take_running()?;
+        child.revoke_grant();
         let shutdown = child.spec.shutdown;
         begin_shutdown(&cell, shutdown);
         // A brutal kill of a GPU child is a device kill: the slot is not drained.
@@ -234,8 +236,11 @@ impl SupervisorState {
     ) -> Outcome {
         let child = &mut self.children[idx];
         child.take_running();
+        child.granted = false;
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
-        if let Some(gpu) = &child.shared.gpu_actor {
+        // A restart block 0 already carries out under a grant is left for the next incarnation to take (or,
+        // if the child is not restarted, killed when its slot is retired).
+        if let Some(gpu) = child.shared.gpu_actor.as_ref().filter(|g| !g.device().has_granted_restart(g.slot())) {
             stop_orphaned_slot(gpu);
         }
         tracing::info!(supervisor = %self.id, child = %id, reason = %reason, "child exited");
@@ -296,6 +301,8 @@ impl SupervisorState {
             self.emit(TreeEvent::IntensityReached { supervisor: self.id.clone() });
             return self.shutdown(myself);
         }
+        // The budget just shrank: no more grants than it allows, before anything else can fail.
+        self.refresh_grants();
         metrics::counter!("ringvisor_restarts_total", "supervisor" => self.id.clone(), "child" => id.clone(),
             "strategy" => self.strategy.label())
         .increment(1);

@@ -1,0 +1,45 @@
+//! Restart grants: the host's standing permission for block 0 to restart a failed actor in place at once,
+//! without a round trip. The host stays the decider: it gives a grant only while a restart would be allowed
+//! and withdraws it when that changes; the device uses a grant at most once (it names the incarnation's
+//! generation), says in the Failed event whether it did, and carries the restart out as if the host had sent
+//! the Restart that started the incarnation again (same behaviour and init, new generation; the messages
+//! queued at that moment handed back, those sent later kept for the new incarnation).
+
+use std::sync::Arc;
+
+use super::commands::PendingCommand;
+use super::Device;
+use crate::codes::SlotState;
+use crate::error::DeviceError;
+use crate::sync::lock;
+
+impl Device {
+    /// Grants block 0 a restart in place of `slot`'s current incarnation if it fails (`granted`), or
+    /// withdraws the grant. A grant applies to the incarnation the host last saw start and only while it is
+    /// Active; it is used at most once. A withdrawal the device has not seen before the failure does not undo
+    /// the restart: the Failed event says whether one follows (see [`Device::take_granted_restart`]).
+    pub fn set_restart_grant(&self, slot: u32, granted: bool) -> Result<(), DeviceError> {
+        self.check_open()?;
+        self.check_slot(slot)?;
+        let host = lock(&self.inner.slots[slot as usize]);
+        let generation = if granted && host.state == SlotState::Active { host.generation } else { 0 };
+        self.inner.grid.write_restart_grant(slot, generation);
+        Ok(())
+    }
+
+    /// The restart block 0 carries out in `slot` under a grant, announced by the last Failed event the host
+    /// read, as a command to wait for (its outcome: `Restarted`, or `CreateFailed` if the init failed).
+    /// `None` if the last failure was not followed by one, or it was taken already.
+    pub fn take_granted_restart(&self, slot: u32) -> Option<PendingCommand> {
+        if slot >= self.slot_count() {
+            return None;
+        }
+        let (cmd_id, completion) = lock(&self.inner.slots[slot as usize]).granted.take()?;
+        Some(PendingCommand::new(cmd_id, slot, completion, Arc::downgrade(&self.inner)))
+    }
+
+    /// Whether a restart under a grant was announced in `slot` and not yet taken.
+    pub fn has_granted_restart(&self, slot: u32) -> bool {
+        slot < self.slot_count() && lock(&self.inner.slots[slot as usize]).granted.is_some()
+    }
+}
