@@ -15,7 +15,6 @@ use crate::layout::*;
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
 
-
 /// A command submitted to block 0; resolves when the device reports its outcome.
 pub struct PendingCommand {
     cmd_id: u64,

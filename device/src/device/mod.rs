@@ -61,9 +61,9 @@ use subscribers::Subscriber;
 use crate::backend::{self, Backend, Executor};
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
+use crate::event::SlotEvent;
 use crate::message::Reply;
 use crate::shared::SharedGrid;
-use crate::event::SlotEvent;
 use crate::sync::{Completion, Stream};
 use crate::wait::Parker;
 
