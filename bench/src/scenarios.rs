@@ -147,6 +147,37 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
     names.iter().zip(samples).map(|(name, s)| Summary::of(name, s, Unit::Nanos)).collect()
 }
 
+/// `Device::call` round trips with the device in the latency mode (its workers and poller never park), and the
+/// spinning floor, in interleaved rounds. Measured apart from [`round_trip`]: the latency mode's spinning
+/// threads would take the cores the other systems are measured on.
+pub fn round_trip_latency_mode(n: usize) -> (Summary, Summary) {
+    const ROUNDS: usize = 20;
+    let device = Device::open(DeviceConfig::default().slots(4).latency_mode(true)).expect("device");
+    device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    let payload = 7u64.to_le_bytes();
+    let per_round = (n / ROUNDS).max(1);
+    let (mut calls, mut floor) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for round in 0..=ROUNDS {
+        let block: Vec<f64> = (0..per_round)
+            .map(|_| {
+                let t0 = Instant::now();
+                device.call(0, &payload, T).expect("call");
+                elapsed_ns(t0)
+            })
+            .collect();
+        let spin = spin_block(per_round);
+        if round > 0 {
+            calls.extend(block);
+            floor.extend(spin);
+        }
+    }
+    device.shutdown();
+    (
+        Summary::of("ringvisor Device::call, latency mode", calls, Unit::Nanos),
+        Summary::of("two threads spinning on an atomic", floor, Unit::Nanos),
+    )
+}
+
 /// `n` ping-pong round trips between this thread and a peer, both parking on a condvar: the cost of two
 /// thread wake-ups, the unit every hand-off between parked threads pays.
 fn condvar_block(n: usize) -> Vec<f64> {
@@ -400,14 +431,16 @@ async fn wait_starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent
     }
 }
 
-/// Injected crash to Active again under one_for_one: a GPU child, and (gpu = false) a plain ractor child.
-pub fn restart_latency(gpu: bool, n: usize) -> Summary {
+/// Injected crash to Active again under one_for_one: a GPU child, and (gpu = false) a plain ractor child;
+/// `latency_mode`: the device's host threads never park.
+pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
     let rt = tokio();
     rt.block_on(async {
         let child =
             if gpu { ChildSpec::gpu("c", GpuChild::new("counter")).name("b/c") } else { crashy("c").name("b/c") };
         let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child);
-        let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
+        let config = DeviceConfig::default().slots(4).latency_mode(latency_mode);
+        let r = ringvisor::Runtime::start(config, spec).await.expect("runtime");
         let handle = r.registry().lookup("b/c").expect("child");
         let mut events = r.services().events().subscribe();
         let mut samples = Vec::with_capacity(n);
@@ -419,7 +452,12 @@ pub fn restart_latency(gpu: bool, n: usize) -> Summary {
         }
         r.shutdown().await;
         samples.drain(..n / 10);
-        Summary::of(if gpu { "ringvisor GPU child" } else { "ractor child (same supervisor)" }, samples, Unit::Nanos)
+        let name = match (gpu, latency_mode) {
+            (true, false) => "ringvisor GPU child",
+            (true, true) => "ringvisor GPU child, latency mode",
+            (false, _) => "ractor child (same supervisor)",
+        };
+        Summary::of(name, samples, Unit::Nanos)
     })
 }
 

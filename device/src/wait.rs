@@ -1,5 +1,6 @@
 //! How host threads wait on the device: a [`Parker`] that never loses a wake-up, the adaptive
-//! [`IdleBackoff`] of the executor's workers and the poller (spin, then yield, then park), and [`Retry`], the
+//! [`IdleBackoff`] of the executor's workers and the poller (spin, then yield, then park; never park in the
+//! latency mode), and [`Retry`], the
 //! bounded spin/yield/sleep loop of a producer waiting for room in a ring.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -52,11 +53,20 @@ pub(crate) struct IdleBackoff {
     idle: u32,
     spin: u32,
     park_max: Duration,
+    /// Past the spinning rounds, yield forever instead of parking (the latency mode).
+    never_park: bool,
 }
 
 impl IdleBackoff {
     pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self { idle: 0, spin, park_max }
+        Self { idle: 0, spin, park_max, never_park: false }
+    }
+
+    /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
+    /// is idle costs no wake-up (and the thread keeps a core busy).
+    pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
+        self.never_park = latency_mode;
+        self
     }
 
     pub(crate) fn reset(&mut self) {
@@ -70,7 +80,7 @@ impl IdleBackoff {
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
-        } else if self.idle <= self.spin * 2 {
+        } else if self.never_park || self.idle <= self.spin.saturating_mul(2) {
             std::thread::yield_now();
         } else {
             let shift = (self.idle - self.spin * 2).min(16);

@@ -88,7 +88,25 @@ fn send_batch_writes_what_fits_in_order_and_checks_payloads_first() {
     assert_eq!(total, [36, 9], "1 + ... + 8 processed in order, then the call");
 }
 
+/// The latency mode changes how the host threads wait, not what the device does: calls, sends, a restart and
+/// a shutdown behave as without it (and the shutdown ends the threads that never park).
+fn the_latency_mode_answers_restarts_and_shuts_down_as_without_it() {
+    let d = open_with(DeviceConfig::default().slots(4).latency_mode(true));
+    d.create(1, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    for i in 1..=100i64 {
+        assert_eq!(i64_of(&d.call(1, &1i64.to_le_bytes(), T).unwrap()), i);
+    }
+    d.send(1, &5i64.to_le_bytes()).unwrap();
+    assert_eq!(i64_of(&d.call(1, &0i64.to_le_bytes(), T).unwrap()), 105);
+    let e = d.restart(1, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((e.event.kind, e.event.generation), (EventKind::Restarted, 2));
+    assert_eq!(i64_of(&d.call(1, &2i64.to_le_bytes(), T).unwrap()), 2);
+    d.shutdown();
+    assert!(matches!(d.call(1, &1i64.to_le_bytes(), T), Err(DeviceError::Closed)));
+}
+
 on_every_backend!(
+    the_latency_mode_answers_restarts_and_shuts_down_as_without_it,
     pod_payloads_go_zero_copy_both_ways,
     rkyv_payloads_round_trip_through_an_actor_and_are_validated,
     send_batch_writes_what_fits_in_order_and_checks_payloads_first,

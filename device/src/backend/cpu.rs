@@ -67,6 +67,8 @@ struct CpuShared {
     parker: Parker,
     dirty: DirtySet,
     host_wake: Arc<dyn Fn() + Send + Sync>,
+    /// Workers never park (see `DeviceConfig::latency_mode`).
+    latency_mode: bool,
 }
 
 impl Drop for CpuShared {
@@ -96,6 +98,7 @@ impl CpuExecutor {
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
         host_wake: Arc<dyn Fn() + Send + Sync>,
+        latency_mode: bool,
     ) -> Result<Self, DeviceError> {
         if config.workers == 0 || config.group_size == 0 || config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cpu backend: workers, group_size and budget must be > 0".into()));
@@ -126,6 +129,7 @@ impl CpuExecutor {
             parker: Parker::new(),
             dirty: DirtySet::new(slot_count),
             host_wake,
+            latency_mode,
         });
         let mut threads = Vec::with_capacity(config.workers);
         for w in 0..config.workers {
@@ -153,7 +157,7 @@ fn release(flag: &AtomicU32) {
 
 fn worker(s: &CpuShared, index: usize) {
     let groups = s.group_claims.len();
-    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max);
+    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max).latency_mode(s.latency_mode);
     let mut start = index * groups / s.config.workers.max(1);
     let view = s.view.0 as *const RvGridView;
     while !s.terminate.load(Ordering::Acquire) {

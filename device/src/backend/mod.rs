@@ -71,16 +71,18 @@ impl Default for Backend {
 }
 
 /// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
-/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot).
+/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). In the latency mode
+/// the CPU backend's workers never park.
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
     behaviours: &BehaviourSet,
     wake_host: Arc<dyn Fn() + Send + Sync>,
+    latency_mode: bool,
 ) -> Result<Box<dyn Executor>, DeviceError> {
     Ok(match backend {
         Backend::Cpu(config) => {
-            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host)?)
+            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, latency_mode)?)
         }
         Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
     })

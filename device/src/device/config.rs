@@ -34,6 +34,11 @@ pub struct DeviceConfig {
     /// Block 0's heartbeat stale this long = the device is lost (see [`Device::health`]); `None`: never
     /// declared lost.
     pub lost_after: Option<Duration>,
+    /// The latency mode: the host threads that wait on the device (the CPU backend's workers, the poller)
+    /// never sleep when idle; they spin, then yield. Work that arrives costs no wake-up of a sleeping thread
+    /// (tens of microseconds on a busy machine), at the price of those threads keeping cores busy. Off by
+    /// default.
+    pub latency_mode: bool,
 }
 
 impl Default for DeviceConfig {
@@ -50,6 +55,7 @@ impl Default for DeviceConfig {
             backend: Backend::default(),
             command_timeout: Duration::from_secs(5),
             lost_after: Some(DEFAULT_LOST_AFTER),
+            latency_mode: false,
         }
     }
 }
@@ -93,6 +99,12 @@ impl DeviceConfig {
     /// Sets how long block 0's heartbeat may stay stale before the device is declared lost.
     pub fn lost_after(mut self, after: Option<Duration>) -> Self {
         self.lost_after = after;
+        self
+    }
+
+    /// Turns the latency mode on or off (see [`DeviceConfig::latency_mode`](#structfield.latency_mode)).
+    pub fn latency_mode(mut self, on: bool) -> Self {
+        self.latency_mode = on;
         self
     }
 

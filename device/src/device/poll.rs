@@ -26,9 +26,10 @@ pub(super) struct PollState {
 /// How long a thread waiting for a reply polls the device itself before it sleeps.
 pub(super) const ASSIST_SPIN: Duration = Duration::from_micros(50);
 
-/// The poller thread: reads events and outboxes until the device is dropped or shut down.
-pub(super) fn poller(device: Weak<DeviceInner>) {
-    let mut backoff = IdleBackoff::new(256, Duration::from_millis(2));
+/// The poller thread: reads events and outboxes until the device is dropped or shut down (in the latency
+/// mode without ever parking).
+pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
+    let mut backoff = IdleBackoff::new(256, Duration::from_millis(2)).latency_mode(latency_mode);
     let parker = match device.upgrade() {
         Some(d) => d.poller_parker.clone(),
         None => return,
