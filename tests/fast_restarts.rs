@@ -314,3 +314,46 @@ async fn a_grant_withdrawn_when_the_budget_is_spent_is_not_used() {
     assert!(seen.iter().all(|e| !e.event.by_grant()), "no restart by grant: {seen:?}");
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_starts_its_gpu_children_as_one_batch_and_a_failed_one_stops_it_as_otp_does() {
+    let rt = Runtime::builder()
+        .device(config())
+        .root_id("root")
+        .start(SupervisorSpec::new(Strategy::OneForOne))
+        .await
+        .unwrap();
+    let mut events = rt.services().events().subscribe();
+    // g2's init fails: g0 and g1 started, g2's start error ends the supervisor's start, g1 and g0 are stopped
+    // (reverse order), and g3, whose Create went to the device with the batch, is taken back.
+    let mut failing = 0xDEAD_DEAD_DEAD_DEADu64.to_le_bytes().to_vec();
+    failing.extend_from_slice(&1234u32.to_le_bytes());
+    let inner = SupervisorSpec::new(Strategy::OneForOne)
+        .child(gpu("g0"))
+        .child(gpu("g1"))
+        .child(ChildSpec::gpu("g2", GpuChild::new("test").init(failing)))
+        .child(gpu("g3"));
+    let err = rt.root().start_child(ChildSpec::supervisor("inner", inner)).await.unwrap_err();
+    assert!(err.to_string().contains("1234"), "{err}");
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        match tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events") {
+            TreeEvent::ChildStarted { supervisor, child, .. } if supervisor == "inner" => got.push(format!("+{child}")),
+            TreeEvent::ChildStartFailed { supervisor, child, .. } if supervisor == "inner" => {
+                got.push(format!("!{child}"))
+            }
+            TreeEvent::ChildExited { supervisor, child, .. } if supervisor == "inner" => got.push(format!("-{child}")),
+            _ => {}
+        }
+    }
+    assert_eq!(got, ["+g0", "+g1", "!g2", "-g1", "-g0"]);
+    eventually("every device actor of inner stopped", || {
+        (0..16).all(|s| rt.device().host_view(s).unwrap().1 != SlotState::Active)
+    })
+    .await;
+    // g3 (slot 3, the lowest free after g0..g2) was created with the batch, then killed; never started.
+    eventually("g3's batched create taken back", || rt.device().host_view(3).unwrap() == (1, SlotState::Terminated))
+        .await;
+    assert_eq!(rt.services().free_slots(), 16, "every slot given back");
+    rt.shutdown().await;
+}

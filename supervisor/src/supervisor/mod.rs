@@ -127,22 +127,11 @@ impl Actor for Supervisor {
             state.template = spec.children.into_iter().next();
             return Ok(state);
         }
-        for child_spec in spec.children {
-            let child_id = child_spec.id.clone();
-            let started = match state.new_child(child_spec, Vec::new()) {
-                Ok(child) => {
-                    state.children.push(child);
-                    let idx = state.children.len() - 1;
-                    state.do_start_child(&myself, idx).await
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(reason) = started {
-                state.terminate_and_drop_children().await;
-                let exit = ExitReason::ShutdownWith(format!("failed_to_start_child {child_id}"));
-                state.emit(TreeEvent::SupervisorStopped { supervisor: state.id.clone(), reason: exit, root });
-                return Err(format!("child `{child_id}` failed to start: {reason}").into());
-            }
+        if let Err((child_id, reason)) = state.init_children(&myself, spec.children).await {
+            state.terminate_and_drop_children().await;
+            let exit = ExitReason::ShutdownWith(format!("failed_to_start_child {child_id}"));
+            state.emit(TreeEvent::SupervisorStopped { supervisor: state.id.clone(), reason: exit, root });
+            return Err(format!("child `{child_id}` failed to start: {reason}").into());
         }
         state.record_gauges();
         state.refresh_grants();

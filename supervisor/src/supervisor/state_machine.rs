@@ -16,7 +16,7 @@ use crate::child::{spawn_error, StartContext};
 use crate::gpu::claim::{cancel_prepared, prepare_incarnation, retire_slot, start_incarnation, stop_orphaned_slot};
 use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::reason::{stop_reason, ExitReason};
-use crate::spec::ChildStart;
+use crate::spec::{ChildSpec, ChildStart};
 use crate::status::{ChildStatus, Run};
 use crate::tree_events::TreeEvent;
 
@@ -84,6 +84,44 @@ impl SupervisorState {
                 Err(error)
             }
         }
+    }
+
+    /// `init_children`: adds and starts the children of the spec in order; the first that cannot be added or
+    /// started ends it, with its id and why (the caller stops the ones started).
+    ///
+    /// Pipelined like [`Self::start_children`]: before the first of a run of consecutive GPU children starts,
+    /// the records of the whole run are added (as far as they can be: a child that cannot be added is
+    /// reported at its turn, as before) and their device commands submitted as one batch.
+    pub(super) async fn init_children(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        specs: Vec<ChildSpec>,
+    ) -> Result<(), (String, String)> {
+        let mut specs = specs.into_iter().peekable();
+        let mut idx = 0;
+        while idx < self.children.len() || specs.peek().is_some() {
+            if idx == self.children.len() {
+                let Some(spec) = specs.next() else { break };
+                let id = spec.id.clone();
+                let child = self.new_child(spec, Vec::new()).map_err(|e| (id, e.to_string()))?;
+                let gpu = matches!(child.spec.start, ChildStart::Gpu(_));
+                self.children.push(child);
+                if gpu {
+                    while let Some(next) = specs.peek().filter(|s| matches!(s.start, ChildStart::Gpu(_))) {
+                        let Ok(child) = self.new_child(next.clone(), Vec::new()) else { break };
+                        self.children.push(child);
+                        specs.next();
+                    }
+                    self.prepare_gpu_starts(idx);
+                }
+            }
+            if let Err(reason) = self.do_start_child(myself, idx).await {
+                self.cancel_prepared_starts(idx + 1..self.children.len()).await;
+                return Err((self.children[idx].spec.id.clone(), reason));
+            }
+            idx += 1;
+        }
+        Ok(())
     }
 
     /// `start_children` over `from..`, in start order. On a failure the failed child is marked restarting
