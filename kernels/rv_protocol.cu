@@ -946,9 +946,7 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
         rv_zero16(&note, sizeof(note) / 16);
         note.op = granted ? RV_OP_RESTART : RV_OP_NONE;
         rv_publish(g, RV_EVT_FAILED, slot, &note, cb->last_error, cb->inbox_head, cb->failed_index, 0);
-        rec->reported_state = state;
         if (granted) rv_sv_granted_restart(g, slot);
-        return;
     } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
         rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, rv_reclaim_k2k(g, slot));
     }

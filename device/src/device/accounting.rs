@@ -150,7 +150,7 @@ impl DeviceInner {
                     let cutoff = match &host.pending {
                         Some(p) if pending_matches => p.cutoff,
                         // A granted restart: block 0 chose the cutoff (the tail it read).
-                        _ if event.cmd_id & RV_GRANTED_CMD != 0 => raw.inbox_start,
+                        _ if event.by_grant() => raw.inbox_start,
                         _ => self.grid.inbox_head(event.slot),
                     };
                     self.hand_back_incarnation(&mut host, &event, cutoff, &mut undelivered);

@@ -220,17 +220,15 @@ impl SupervisorState {
         let mut idx = self.children.len();
         while idx > from {
             idx -= 1;
-            if self.children[idx].shared.gpu_actor.is_none() {
+            let host_side = self.children[idx].shared.gpu_actor.is_none();
+            if host_side {
                 self.finish_batch(&mut batch).await;
             }
             match self.begin_terminate(idx) {
                 Some(stopping) => batch.push(stopping),
-                None if self.children[idx].spec.restart != Restart::Temporary => {
-                    self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
-                }
-                None => {}
+                None => self.mark_terminated(idx),
             }
-            if self.children[idx].shared.gpu_actor.is_none() {
+            if host_side {
                 self.finish_batch(&mut batch).await;
             }
             if self.children[idx].spec.restart == Restart::Temporary {
@@ -250,9 +248,15 @@ impl SupervisorState {
         for stopping in batch.drain(..) {
             let idx = stopping.idx;
             self.finish_terminate(stopping).await;
-            if self.children[idx].spec.restart != Restart::Temporary {
-                self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
-            }
+            self.mark_terminated(idx);
+        }
+    }
+
+    /// A child `terminate_children` stopped (or found stopped) stays as a spec whose handles wait for a
+    /// restart; a temporary one is dropped once the loop is done.
+    fn mark_terminated(&mut self, idx: usize) {
+        if self.children[idx].spec.restart != Restart::Temporary {
+            self.children[idx].set_run(Run::Undefined, ChildStatus::Restarting);
         }
     }
 
