@@ -123,6 +123,12 @@ RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) {
     __threadfence();
     return old;
 }
+RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) {
+    __threadfence();
+    uint32_t old = atomicAnd(p, bits);
+    __threadfence();
+    return old;
+}
 RV_FN void rv_fence(void) { __threadfence_system(); }
 RV_FN uint64_t rv_now_ns(void) {
     uint64_t t;
@@ -165,6 +171,7 @@ RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
 RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL); }
 RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
 RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_and(p, bits, __ATOMIC_ACQ_REL); }
 RV_FN void rv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /* The emulated CUDA driver runs kernel blocks on host threads and gives each a skewed clock, as a GPU's
  * %globaltimer has an epoch of its own; 0 on every other thread. */

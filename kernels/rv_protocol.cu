@@ -37,6 +37,10 @@ typedef struct rv_grid_view {
     rv_local_header *local_header;
     rv_actor_record *actors;
     uint32_t *doorbells;
+    /* The CPU backend's run set (host memory of the view's own, NULL where blocks sweep their slots): one bit
+     * per slot that may have work (`work`, 32 slots a word) and one bit per non-empty word (`work_summary`). */
+    uint32_t *work;
+    uint32_t *work_summary;
     int64_t clock_offset_ns; /* raw device clock + this = host time */
     uint32_t slot_count;
     uint32_t inbox_capacity;
@@ -115,6 +119,17 @@ RV_FN uint64_t rv_hlc_next(uint64_t local, uint64_t remote, uint64_t now_ns) {
     uint64_t physical = (now_ns / 1000000ull) << 16;
     uint64_t logical = (local > remote ? local : remote) + 1;
     return physical > logical ? physical : logical;
+}
+
+/* Whoever gives `slot` work (block 0, a kernel-to-kernel sender; the host through rv_cpu_mark_work) marks it in
+ * the run set after publishing the work: the word's bit, then the summary's. The runner of a word clears the
+ * summary bit before it takes the word's bits, and both before its steps read anything, so no mark is lost.
+ * Without a run set (CUDA: every block sweeps its slots) nothing is done. */
+RV_FN void rv_mark_work(const rv_grid_view *g, uint32_t slot) {
+    if (g->work == 0) return;
+    uint32_t word = slot >> 5;
+    rv_fetch_or_u32(&g->work[word], 1u << (slot & 31u));
+    rv_fetch_or_u32(&g->work_summary[word >> 5], 1u << (word & 31u));
 }
 
 RV_FN void rv_raise_attention(const rv_grid_view *g, uint32_t slot) {
@@ -215,6 +230,8 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->local_header = (rv_local_header *)l;
     v->actors = (rv_actor_record *)(l + h->off_actor_records);
     v->doorbells = (uint32_t *)(s + h->off_doorbells);
+    v->work = 0;
+    v->work_summary = 0;
     v->clock_offset_ns = h->clock_offset_ns;
     v->slot_count = h->slot_count;
     v->inbox_capacity = h->inbox_capacity;
@@ -339,7 +356,9 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
     for (uint32_t i = 0; i < ctx->send_count; ++i) {
         rv_k2k_cell *cell = ctx->send_cells[i];
         if (!ok) cell->env.kind = RV_KIND_VOID;
+        uint32_t destination = cell->env.destination; /* read before the cell is the consumer's */
         rv_store_release_dev_u32(&cell->seq, ctx->send_pos[i] + 1);
+        rv_mark_work(ctx->g, destination);
     }
     if (ok) ctx->cb->k2k_sent += ctx->send_count;
     ctx->send_count = 0;
@@ -875,6 +894,7 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
 RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
     rv_sv_record *rec = &g->sv[slot];
     rv_store_release_dev_u32(&rec->device_seq, rec->device_seq + 1);
+    rv_mark_work(g, slot);
 }
 
 /* The host granted a restart in place of the incarnation that just failed in `slot` (its restart_grant names the

@@ -2,7 +2,9 @@
 //! against a baseline measured in the same run. Prints a markdown table and writes it, as JSON, and an SVG
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
-//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR]`
+//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...]`
+//!
+//! `--only-tree` measures only the supervised-tree rows, for the given tree sizes.
 
 mod heap;
 mod scenarios;
@@ -19,11 +21,17 @@ use stats::{cdf_svg, markdown, Row};
 fn main() {
     let mut quick = false;
     let mut out = PathBuf::from("target/bench");
+    let mut only_tree: Option<Vec<u32>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(args.next().unwrap_or_else(|| usage("--out needs a directory"))),
+            "--only-tree" => {
+                let sizes = args.next().unwrap_or_else(|| usage("--only-tree needs sizes, e.g. 10000,100000"));
+                let parsed: Result<Vec<u32>, _> = sizes.split(',').map(str::parse).collect();
+                only_tree = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-tree {sizes}: {e}"))));
+            }
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -35,6 +43,7 @@ fn main() {
             restart_samples: 1_000,
             group_samples: 5,
             scale_slots: 20_000,
+            tree_sizes: [2_000, 20_000],
         }
     } else {
         Scale {
@@ -44,8 +53,17 @@ fn main() {
             restart_samples: 2_000,
             group_samples: 30,
             scale_slots: 100_000,
+            tree_sizes: [10_000, 100_000],
         }
     };
+    if let Some(sizes) = only_tree {
+        let mut rows = Vec::new();
+        for n in sizes {
+            rows.extend(tree_rows(n, scale.latency_samples));
+        }
+        println!("{}", markdown(&rows));
+        return;
+    }
     let rows = run(scale);
     let table = markdown(&rows.0);
     println!("{table}");
@@ -66,6 +84,28 @@ fn usage(msg: &str) -> ! {
 fn fail(msg: &str) -> ! {
     eprintln!("error: {msg}");
     std::process::exit(1)
+}
+
+/// The rows of a supervised tree of `n` GPU children: start and stop against a ractor tree of the same size,
+/// heap per child, idle CPU, and a call to one child against the same call in a tree of 100.
+fn tree_rows(n: u32, calls: usize) -> Vec<Row> {
+    eprintln!("supervised tree of {n} ...");
+    let tree = supervised_tree(n, calls);
+    let (spawn, stop) = ractor_tree(n);
+    let ractor_mem = spawn_ractor_actors(n.min(10_000)).1;
+    let small = supervised_tree(100, calls);
+    let scenario = |what: &str| format!("supervised tree of {n} GPU children: {what}");
+    vec![
+        Row::new(&scenario("start"), tree.start, spawn, "<= 2x ractor", |_, _, r| r <= 2.0),
+        Row::new(&scenario("stop"), tree.stop, stop, "<= 2x ractor", |_, _, r| r <= 2.0),
+        Row::new(&scenario("host memory per child"), tree.memory, ractor_mem, "<= 2 KiB", |v, _, _| v.median <= 2048.0),
+        Row::new(&scenario("idle"), tree.idle_cpu.clone(), tree.idle_cpu, "<= 5% of one core", |v, _, _| {
+            v.median <= 0.05
+        }),
+        Row::new(&scenario("call to one while the rest idle"), tree.call, small.call, "<= 2x the call in a tree of 100", |_, _, r| {
+            r <= 2.0
+        }),
+    ]
 }
 
 fn run(s: Scale) -> (Vec<Row>, String) {
@@ -166,6 +206,24 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let (rtime, rmem) = spawn_ractor_actors(s.scale_slots);
     rows.push(Row::new(&format!("create {} slots", s.scale_slots), time, rtime, "<= 1 s", |v, _, _| v.median <= 1e9));
     rows.push(Row::new("memory per slot beyond rings", mem, rmem, "<= 1 KiB", |v, _, _| v.median <= 1024.0));
+
+    let [small, large] = s.tree_sizes;
+    let small_rows = tree_rows(small, s.latency_samples);
+    let large_rows = tree_rows(large, s.latency_samples);
+    let start_and_stop = |rows: &[Row]| (rows[0].ringvisor.clone(), rows[1].ringvisor.clone());
+    let linear = format!("<= {}x", large as f64 / small as f64 * 1.2);
+    let growth = |big: stats::Summary, little: stats::Summary, what: &str| {
+        let limit = large as f64 / small as f64 * 1.2;
+        Row::new(&format!("supervised tree {what}: {large} against {small} children"), big, little, &linear, move |_, _, r| {
+            r <= limit
+        })
+    };
+    let (big_start, big_stop) = start_and_stop(&large_rows);
+    let (little_start, little_stop) = start_and_stop(&small_rows);
+    rows.extend(small_rows);
+    rows.extend(large_rows);
+    rows.push(growth(big_start, little_start, "start"));
+    rows.push(growth(big_stop, little_stop, "stop"));
 
     eprintln!("registry ...");
     let (find, scan) = registry_lookup(s.latency_samples);

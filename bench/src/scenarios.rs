@@ -23,6 +23,8 @@ pub struct Scale {
     pub restart_samples: usize,
     pub group_samples: usize,
     pub scale_slots: u32,
+    /// The two sizes of the supervised-tree rows (their ratio is the linearity check).
+    pub tree_sizes: [u32; 2],
 }
 
 const T: Duration = Duration::from_secs(10);
@@ -614,4 +616,123 @@ pub fn registry_lookup(n: usize) -> (Summary, Summary) {
         .collect();
     let mut it = found.into_iter();
     (it.next().unwrap(), it.next().unwrap())
+}
+
+// ---------- supervised scale ----------
+
+/// What a supervised tree of GPU children costs, from [`supervised_tree`].
+pub struct TreeCost {
+    /// `Runtime::start` of the whole tree (device open included).
+    pub start: Summary,
+    /// `Runtime::shutdown` (every child stopped in reverse order, then the device).
+    pub stop: Summary,
+    /// Heap bytes per supervised child beyond the device's regions (slot actor, handle, registry entry,
+    /// tree bookkeeping).
+    pub memory: Summary,
+    /// Share of one core the process uses while the tree sits idle.
+    pub idle_cpu: Summary,
+    /// `GpuActorRef::call` round trip to one child while the others sit idle.
+    pub call: Summary,
+}
+
+/// The device configuration of the scale rows: `DeviceConfig::compact` sized for `children`.
+fn compact_device(children: u32) -> DeviceConfig {
+    DeviceConfig::compact().slots((children + 8).next_power_of_two())
+}
+
+/// One one_for_one supervisor with `children` `counter` GPU children (names `fleet/c<i>`): start, idle,
+/// `calls` calls to one child, stop.
+pub fn supervised_tree(children: u32, calls: usize) -> TreeCost {
+    let rt = tokio();
+    rt.block_on(async {
+        let mut spec = SupervisorSpec::new(Strategy::OneForOne);
+        for i in 0..children {
+            let id = format!("c{i}");
+            spec = spec.child(ChildSpec::gpu(&id, GpuChild::new("counter")).name(format!("fleet/{id}")));
+        }
+        let before = crate::heap::live_bytes();
+        let t0 = Instant::now();
+        let r = ringvisor::Runtime::start(compact_device(children), spec).await.expect("runtime");
+        let start = elapsed_ns(t0);
+        let (shared, local) = r.device().region_bytes();
+        let per_child = (crate::heap::live_bytes() - before - (shared + local) as i64) as f64 / f64::from(children);
+        let idle = idle_share(Duration::from_secs(3)).await;
+        let handle = r.gpu(&format!("fleet/c{}", children / 2)).expect("child");
+        let payload = 1i64.to_le_bytes();
+        let mut samples = Vec::with_capacity(calls);
+        for i in 0..calls + calls / 10 {
+            let t0 = Instant::now();
+            handle.call(&payload, T).await.expect("call");
+            if i >= calls / 10 {
+                samples.push(elapsed_ns(t0));
+            }
+        }
+        let t0 = Instant::now();
+        r.shutdown().await;
+        let stop = elapsed_ns(t0);
+        let label = |what: &str| format!("ringvisor, {children} supervised GPU children, {what}");
+        TreeCost {
+            start: Summary::of(&label("start"), vec![start], Unit::Nanos),
+            stop: Summary::of(&label("stop"), vec![stop], Unit::Nanos),
+            memory: Summary::of(&label("heap per child beyond regions"), vec![per_child], Unit::Bytes),
+            idle_cpu: Summary::of(&label("idle, share of one core"), vec![idle], Unit::Ratio),
+            call: Summary::of(&label("call to one"), samples, Unit::Nanos),
+        }
+    })
+}
+
+/// The share of one core this process used over `window` (user + system time from `/proc/self/stat`;
+/// Linux's clock tick is 1/100 s).
+async fn idle_share(window: Duration) -> f64 {
+    fn cpu_ticks() -> u64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+        let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+    }
+    // Let the start's stragglers (parked workers' last sweeps, the poller) settle first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (ticks, t0) = (cpu_ticks(), Instant::now());
+    tokio::time::sleep(window).await;
+    (cpu_ticks() - ticks) as f64 / 100.0 / t0.elapsed().as_secs_f64()
+}
+
+struct Spawner(u32);
+impl Actor for Spawner {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, myself: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+        for _ in 0..self.0 {
+            Actor::spawn_linked(None, Echo, (), myself.get_cell()).await?;
+        }
+        Ok(())
+    }
+    async fn handle_supervisor_evt(
+        &self,
+        _: ActorRef<()>,
+        _: ractor::SupervisionEvent,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(()) // a stopped child is expected: the baseline stops them
+    }
+}
+
+/// The baseline of [`supervised_tree`]: one ractor actor that spawns `children` linked ractor actors (start),
+/// and stops them and itself (stop).
+pub fn ractor_tree(children: u32) -> (Summary, Summary) {
+    let rt = tokio();
+    rt.block_on(async {
+        let t0 = Instant::now();
+        let (sup, handle) = Actor::spawn(None, Spawner(children), ()).await.expect("spawn");
+        let start = elapsed_ns(t0);
+        let t0 = Instant::now();
+        sup.stop_children_and_wait(None, None).await;
+        sup.stop_and_wait(None, None).await.expect("stop");
+        handle.await.expect("join");
+        let stop = elapsed_ns(t0);
+        let label = |what: &str| format!("ractor, {children} linked actors under one actor, {what}");
+        (Summary::of(&label("spawn"), vec![start], Unit::Nanos), Summary::of(&label("stop"), vec![stop], Unit::Nanos))
+    })
 }

@@ -14,6 +14,8 @@ pub enum Unit {
     PerSecond,
     /// Bytes (lower is better).
     Bytes,
+    /// A share, e.g. of one core (lower is better).
+    Ratio,
 }
 
 /// Median, p99 and count of a set of samples.
@@ -64,6 +66,7 @@ pub fn fmt(v: f64, unit: Unit) -> String {
         Unit::PerSecond => format!("{:.0} k/s", v / 1e3),
         Unit::Bytes if v >= 1024.0 => format!("{:.1} KiB", v / 1024.0),
         Unit::Bytes => format!("{v:.0} B"),
+        Unit::Ratio => format!("{:.2}%", v * 100.0),
     }
 }
 

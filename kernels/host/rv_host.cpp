@@ -20,7 +20,19 @@ extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
     }
 }
 
-/* A view over the two regions; NULL if the header is not a ringvisor grid. Free with rv_cpu_grid_free. */
+extern "C" void rv_cpu_grid_free(rv_grid_view *v) {
+    if (v == 0) return;
+    free(v->work);
+    free(v->work_summary);
+    free(v);
+}
+
+/* Run-set words (32 slots each) and summary words (32 run-set words each) of a grid of `slots` slots. */
+static uint32_t rv_cpu_words(uint32_t slots) { return (slots + 31u) / 32u; }
+extern "C" uint32_t rv_cpu_summary_words(const rv_grid_view *v) { return (rv_cpu_words(v->slot_count) + 31u) / 32u; }
+
+/* A view over the two regions, with a run set in which every slot is marked (the first pass looks at each
+ * once); NULL if the header is not a ringvisor grid or memory runs out. Free with rv_cpu_grid_free. */
 extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_behaviour_fn *table) {
     rv_grid_view *v = (rv_grid_view *)calloc(1, sizeof(rv_grid_view));
     if (v == 0) return 0;
@@ -28,11 +40,49 @@ extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_beh
         free(v);
         return 0;
     }
-    for (uint32_t s = 0; s < v->slot_count; ++s) rv_init_local_slot(v, s);
+    v->work = (uint32_t *)calloc(rv_cpu_words(v->slot_count), sizeof(uint32_t));
+    v->work_summary = (uint32_t *)calloc(rv_cpu_summary_words(v), sizeof(uint32_t));
+    if (v->work == 0 || v->work_summary == 0) {
+        rv_cpu_grid_free(v);
+        return 0;
+    }
+    for (uint32_t s = 0; s < v->slot_count; ++s) {
+        rv_init_local_slot(v, s);
+        rv_mark_work(v, s);
+    }
     return v;
 }
 
-extern "C" void rv_cpu_grid_free(rv_grid_view *v) { free(v); }
+/* The host gave `slot` work (a message, a fault), published before this call. */
+extern "C" void rv_cpu_mark_work(const rv_grid_view *v, uint32_t slot) {
+    if (slot < v->slot_count) rv_mark_work(v, slot);
+}
+
+/* Summary word `index`: which run-set words may have marked slots (a hint; rv_cpu_run_marked decides). */
+extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
+    return rv_load_relaxed_dev_u32(&v->work_summary[index]);
+}
+
+/* Runs the slots marked in run-set word `word`; the caller holds the word's claim. The summary bit is cleared
+ * before the word's bits are taken (a mark that lands after either is seen by a later pass), and a slot whose
+ * step did not end quiet (messages left, a stall, an init, a drain, a wedge) is marked again, so it runs on the
+ * next pass. `*replied` gets the slots (bit i = slot word * 32 + i) that published replies or events. */
+extern "C" uint32_t rv_cpu_run_marked(const rv_grid_view *v, uint32_t word, uint32_t budget, uint32_t *replied) {
+    uint32_t out = 0, rep = 0;
+    rv_fetch_and_u32(&v->work_summary[word >> 5], ~(1u << (word & 31u)));
+    uint32_t bits = rv_exchange_u32(&v->work[word], 0);
+    while (bits != 0) {
+        uint32_t b = rv_ctz_u32(bits);
+        bits &= bits - 1;
+        uint32_t slot = word * 32u + b;
+        uint32_t r = rv_actor_step(v, slot, budget);
+        if (r & RV_STEP_REPLIED) rep |= 1u << b;
+        out |= r;
+        if (v->actors[slot].quiet == RV_QUIET_NO) rv_mark_work(v, slot);
+    }
+    *replied = rep;
+    return out;
+}
 
 /* Slot-group claims for the worker pool: one worker runs a group's actor steps at a time. Done here, in
  * the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */

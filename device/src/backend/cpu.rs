@@ -1,9 +1,13 @@
 //! The CPU backend: a pool of host threads that run the device code's step functions for real.
 //!
-//! Slots are grouped (like the thread blocks of the CUDA build). Every worker sweeps every group and runs the
-//! actor steps of each group it can claim, so a group is never run by two workers at once and a busy group is
-//! never stuck behind a sleeping worker. Block 0 (`rv_supervisor_step`) is claimed the same way. There is no
-//! barrier between workers: a stalled actor only stops its own progress.
+//! Workers run only slots that have work, found through the device code's *run set* (`rv_mark_work`): a bit
+//! per slot, set by whoever gives the slot work (the host's messages and faults, block 0's commands and
+//! requests, another actor's kernel-to-kernel send) and by a step that left work behind, and a summary bit per
+//! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks; a word is claimed by
+//! one worker at a time (the CPU analogue of a thread block), so a slot is never run by two workers at once and
+//! a busy word is never stuck behind a sleeping worker. An idle actor costs nothing: the cost of a pass grows
+//! with the slots that have work, not with the slots that exist. There is no barrier between workers: a
+//! stalled actor only stops its own progress.
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.
@@ -24,8 +28,6 @@ use std::time::Duration;
 pub struct CpuConfig {
     /// Worker threads (default: available cores).
     pub workers: usize,
-    /// Slots per group (the CPU analogue of a thread block).
-    pub group_size: u32,
     /// Most messages an actor processes per step.
     pub budget: u32,
     /// Empty sweeps a worker spins through before it yields.
@@ -38,7 +40,6 @@ impl Default for CpuConfig {
     fn default() -> Self {
         Self {
             workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
-            group_size: 64,
             budget: 64,
             spin_sweeps: 64,
             park_max: Duration::from_millis(10),
@@ -60,8 +61,9 @@ struct CpuShared {
     _local: HostRegion,
     _table: Box<[Option<BehaviourFn>]>,
     supervisor_claim: AtomicU32,
-    group_claims: Box<[AtomicU32]>,
-    slot_count: u32,
+    /// One claim per run-set word (32 slots).
+    word_claims: Box<[AtomicU32]>,
+    summary_words: u32,
     config: CpuConfig,
     terminate: AtomicBool,
     parker: Parker,
@@ -100,8 +102,8 @@ impl CpuExecutor {
         host_wake: Arc<dyn Fn() + Send + Sync>,
         latency_mode: bool,
     ) -> Result<Self, DeviceError> {
-        if config.workers == 0 || config.group_size == 0 || config.budget == 0 {
-            return Err(DeviceError::InvalidConfig("cpu backend: workers, group_size and budget must be > 0".into()));
+        if config.workers == 0 || config.budget == 0 {
+            return Err(DeviceError::InvalidConfig("cpu backend: workers and budget must be > 0".into()));
         }
         let shared = HostRegion::zeroed(header.shared_bytes)?;
         let local = HostRegion::zeroed(header.local_bytes)?;
@@ -114,7 +116,9 @@ impl CpuExecutor {
             return Err(DeviceError::InvalidConfig("cpu backend: the device rejected the grid header".into()));
         }
         let slot_count = header.slot_count;
-        let groups = slot_count.div_ceil(config.group_size);
+        let words = slot_count.div_ceil(SLOTS_PER_WORD);
+        // SAFETY: `view` was just created and is valid.
+        let summary_words = unsafe { ffi::rv_cpu_summary_words(view) };
         let shared_base = shared.as_ptr();
         let inner = Arc::new(CpuShared {
             view: GridView(view),
@@ -122,8 +126,8 @@ impl CpuExecutor {
             _local: local,
             _table: table,
             supervisor_claim: AtomicU32::new(0),
-            group_claims: (0..groups).map(|_| AtomicU32::new(0)).collect(),
-            slot_count,
+            word_claims: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            summary_words,
             config: config.clone(),
             terminate: AtomicBool::new(false),
             parker: Parker::new(),
@@ -140,7 +144,7 @@ impl CpuExecutor {
                 .map_err(|e| DeviceError::InvalidConfig(format!("cpu backend: cannot spawn worker: {e}")))?;
             threads.push(handle);
         }
-        tracing::debug!(workers = config.workers, groups, slot_count, "cpu backend started");
+        tracing::debug!(workers = config.workers, slot_count, "cpu backend started");
         Ok(Self { shared: inner, shared_base, threads: Mutex::new(threads) })
     }
 }
@@ -155,10 +159,13 @@ fn release(flag: &AtomicU32) {
     unsafe { ffi::rv_cpu_release(flag.as_ptr()) }
 }
 
+/// Slots per run-set word (and per claim).
+const SLOTS_PER_WORD: u32 = 32;
+
 fn worker(s: &CpuShared, index: usize) {
-    let groups = s.group_claims.len();
+    let summary_words = s.summary_words as usize;
     let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max).latency_mode(s.latency_mode);
-    let mut start = index * groups / s.config.workers.max(1);
+    let mut start = index * summary_words / s.config.workers.max(1);
     let view = s.view.0 as *const RvGridView;
     while !s.terminate.load(Ordering::Acquire) {
         let seen = s.parker.epoch();
@@ -171,26 +178,30 @@ fn worker(s: &CpuShared, index: usize) {
             progress |= r;
             publish |= r & RV_STEP_REPLIED != 0;
         }
-        for k in 0..groups {
-            let g = (start + k) % groups;
-            let flag = &s.group_claims[g];
-            if !claim(flag) {
-                continue;
-            }
-            let first = g as u32 * s.config.group_size;
-            let last = (first + s.config.group_size).min(s.slot_count);
-            for slot in first..last {
-                // SAFETY: slot < slot_count; the group claim makes this the only runner of this slot.
-                let r = unsafe { ffi::rv_actor_step(view, slot, s.config.budget) };
-                if r & RV_STEP_REPLIED != 0 {
-                    s.dirty.mark(slot);
+        for k in 0..summary_words {
+            let i = (start + k) % summary_words;
+            // SAFETY: i < summary_words.
+            let mut marked = unsafe { ffi::rv_cpu_summary(view, i as u32) };
+            while marked != 0 {
+                let word = i as u32 * 32 + marked.trailing_zeros();
+                marked &= marked - 1;
+                let flag = &s.word_claims[word as usize];
+                if !claim(flag) {
+                    continue;
+                }
+                let mut replied = 0u32;
+                // SAFETY: `word` is a run-set word of this grid (marked in the summary); the claim makes this the
+                // only runner of its slots.
+                let r = unsafe { ffi::rv_cpu_run_marked(view, word, s.config.budget, &mut replied) };
+                release(flag);
+                if replied != 0 {
+                    s.dirty.mark_word(word * SLOTS_PER_WORD, replied);
                     publish = true;
                 }
                 progress |= r;
             }
-            release(flag);
         }
-        start = (start + 1) % groups.max(1);
+        start = (start + 1) % summary_words.max(1);
         if publish {
             (s.host_wake)();
         }
@@ -208,6 +219,12 @@ impl Executor for CpuExecutor {
     }
 
     fn wake(&self) {
+        self.shared.parker.wake();
+    }
+
+    fn notify(&self, slot: u32) {
+        // SAFETY: the view is valid while the executor lives; the C side checks the slot.
+        unsafe { ffi::rv_cpu_mark_work(self.shared.view.0, slot) };
         self.shared.parker.wake();
     }
 
@@ -229,8 +246,8 @@ impl Executor for CpuExecutor {
 
     fn describe(&self) -> String {
         format!(
-            "cpu ({} workers, {} slots per group, budget {})",
-            self.shared.config.workers, self.shared.config.group_size, self.shared.config.budget
+            "cpu ({} workers, run set of {} slots per word, budget {})",
+            self.shared.config.workers, SLOTS_PER_WORD, self.shared.config.budget
         )
     }
 }
@@ -289,12 +306,13 @@ impl DirtySet {
         Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect() }
     }
 
-    pub(crate) fn mark(&self, slot: u32) {
+    /// Marks the slots `first + i` for each bit `i` of `bits`; `first` is a multiple of 32.
+    pub(crate) fn mark_word(&self, first: u32, bits: u32) {
         use std::sync::atomic::Ordering;
-        let w = &self.words[(slot / 64) as usize];
-        let bit = 1u64 << (slot % 64);
-        if w.load(Ordering::Relaxed) & bit == 0 {
-            w.fetch_or(bit, Ordering::AcqRel);
+        let w = &self.words[(first / 64) as usize];
+        let bits = u64::from(bits) << (first % 64);
+        if w.load(Ordering::Relaxed) & bits != bits {
+            w.fetch_or(bits, Ordering::AcqRel);
         }
     }
 

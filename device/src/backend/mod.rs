@@ -94,6 +94,12 @@ pub(crate) trait Executor: Send + Sync {
     fn shared_base(&self) -> *mut u8;
     /// The host wrote a command or a message: make sure someone will look soon.
     fn wake(&self);
+    /// The host gave `slot` work (a message, a fault; published before this call): make sure its actor runs
+    /// soon. Executors that sweep every slot only wake.
+    fn notify(&self, slot: u32) {
+        let _ = slot;
+        self.wake();
+    }
     /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
     /// caller). False if the executor cannot tell: the poller sweeps every slot.
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;

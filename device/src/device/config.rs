@@ -61,6 +61,14 @@ impl Default for DeviceConfig {
 }
 
 impl DeviceConfig {
+    /// A preset for large fleets (tens of thousands of small actors): 8-envelope inboxes and outboxes, a
+    /// 4-envelope kernel-to-kernel inbox and 256 bytes of state, about 2.8 KiB of device memory per slot
+    /// (100,000 slots: about 280 MB; the default sizes take about 19 KiB per slot). Set the slots with
+    /// [`DeviceConfig::slots`].
+    pub fn compact() -> Self {
+        Self { inbox_capacity: 8, outbox_capacity: 8, k2k_capacity: 4, state_bytes: 256, ..Self::default() }
+    }
+
     /// Sets the number of slots.
     pub fn slots(mut self, slots: u32) -> Self {
         self.slots = slots;

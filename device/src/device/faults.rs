@@ -59,7 +59,7 @@ impl Device {
         }
         self.inner.grid.write_faults(slot, host.fault_flags, host.fault_seq);
         drop(host);
-        self.inner.executor.wake();
+        self.inner.executor.notify(slot);
         Ok(())
     }
 

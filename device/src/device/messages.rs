@@ -58,7 +58,7 @@ impl Device {
         inner.grid.publish_inbox_tail(slot, host.tail);
         drop(host);
         inner.counters.sent.fetch_add(n as u64, Ordering::Relaxed);
-        inner.executor.wake();
+        inner.executor.notify(slot);
         Ok(n)
     }
 
@@ -195,7 +195,7 @@ impl Device {
                 inner.grid.publish_inbox_tail(slot, host.tail);
                 drop(host);
                 inner.counters.sent.fetch_add(1, Ordering::Relaxed);
-                inner.executor.wake();
+                inner.executor.notify(slot);
                 return Ok(());
             }
             drop(host);

@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 use accounting::SlotHost;
 use messages::CallWaiter;
 use poll::PollState;
-use subscribers::Subscriber;
+use subscribers::Subscribers;
 
 use crate::backend::{self, Backend, Executor};
 use crate::behaviour::BehaviourSet;
@@ -84,7 +84,7 @@ pub(crate) struct DeviceInner {
     commands: Mutex<HashMap<u64, CommandWaiter>>,
     calls: Mutex<HashMap<u64, CallWaiter>>,
     replies: Stream<Reply>,
-    subscribers: Mutex<Vec<Subscriber>>,
+    subscribers: Mutex<Subscribers>,
     poller_parker: Arc<Parker>,
     /// The poller's read positions. The poller thread holds the lock while it polls; a thread waiting for
     /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
@@ -149,7 +149,7 @@ impl Device {
             commands: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
             replies: Stream::new(),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Mutex::new(Subscribers::default()),
             poller_parker,
             poll: Mutex::new(PollState {
                 sweep: Vec::new(),

@@ -19,8 +19,43 @@ pub(super) enum Sink {
     Hook(Weak<EventHook>),
 }
 
-/// A subscriber: an optional slot filter and its sink (dropped streams and hooks are pruned).
-pub(super) type Subscriber = (Option<u32>, Sink);
+/// Who hears of events: sinks for every slot, and sinks for one slot each (kept apart, so an event costs the
+/// sinks that want it, not one look at every slot's subscriber: a tree of 100,000 stopping children has
+/// 100,000 of them). Dropped streams and hooks are pruned when an event passes their list, or a sink is added
+/// to it.
+#[derive(Default)]
+pub(super) struct Subscribers {
+    all: Vec<Sink>,
+    by_slot: std::collections::HashMap<u32, Vec<Sink>>,
+}
+
+impl Sink {
+    /// Hands `event` over; false if the sink was dropped.
+    fn deliver(&self, event: &SlotEvent) -> bool {
+        match self {
+            Sink::Stream(weak) => weak.upgrade().map(|s| Stream::push_to(&s, event.clone())).is_some(),
+            Sink::Hook(weak) => weak.upgrade().map(|hook| hook(event)).is_some(),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        match self {
+            Sink::Stream(weak) => weak.strong_count() > 0,
+            Sink::Hook(weak) => weak.strong_count() > 0,
+        }
+    }
+}
+
+impl Subscribers {
+    fn add(&mut self, slot: Option<u32>, sink: Sink) {
+        let list = match slot {
+            None => &mut self.all,
+            Some(slot) => self.by_slot.entry(slot).or_default(),
+        };
+        list.retain(Sink::alive);
+        list.push(sink);
+    }
+}
 
 impl Device {
     /// Replies to [`Device::post`] messages (and late replies to timed-out calls), in arrival order.
@@ -38,7 +73,7 @@ impl Device {
     /// thread hand-off: the lowest-latency way to follow events. The hook must be quick, must not block,
     /// and must not call back into this device (it runs while events are being dispatched).
     pub fn on_event(&self, hook: &Arc<EventHook>) {
-        lock(&self.inner.subscribers).push((None, Sink::Hook(Arc::downgrade(hook))));
+        lock(&self.inner.subscribers).add(None, Sink::Hook(Arc::downgrade(hook)));
     }
 
     /// Every event of `slot`, from now on.
@@ -52,7 +87,7 @@ impl Device {
         if self.inner.closed.load(Ordering::Acquire) {
             stream.close();
         }
-        lock(&self.inner.subscribers).push((slot, Sink::Stream(stream.downgrade())));
+        lock(&self.inner.subscribers).add(slot, Sink::Stream(stream.downgrade()));
         stream
     }
 }
@@ -61,33 +96,23 @@ impl DeviceInner {
     /// Hands an event to every subscriber that wants it (pruning dropped ones).
     pub(super) fn dispatch(&self, slot_event: SlotEvent) {
         let mut subs = lock(&self.subscribers);
-        let wanted = |filter: &Option<u32>| filter.is_none_or(|f| f == slot_event.event.slot);
-        subs.retain(|(filter, sink)| match sink {
-            Sink::Stream(weak) => match weak.upgrade() {
-                Some(s) => {
-                    if wanted(filter) {
-                        Stream::push_to(&s, slot_event.clone());
-                    }
-                    true
-                }
-                None => false,
-            },
-            Sink::Hook(weak) => match weak.upgrade() {
-                Some(hook) => {
-                    if wanted(filter) {
-                        hook(&slot_event);
-                    }
-                    true
-                }
-                None => false,
-            },
-        });
+        subs.all.retain(|sink| sink.deliver(&slot_event));
+        let slot = slot_event.event.slot;
+        if let Some(list) = subs.by_slot.get_mut(&slot) {
+            list.retain(|sink| sink.deliver(&slot_event));
+            if list.is_empty() {
+                subs.by_slot.remove(&slot);
+            }
+        }
     }
 
     /// Closes the replies stream and every subscriber's stream (the device stopped); hooks are dropped.
     pub(super) fn close_subscribers(&self) {
         self.replies.close();
-        for (_, sink) in lock(&self.subscribers).drain(..) {
+        let mut subs = lock(&self.subscribers);
+        let all = std::mem::take(&mut subs.all);
+        let by_slot = std::mem::take(&mut subs.by_slot);
+        for sink in all.into_iter().chain(by_slot.into_values().flatten()) {
             if let Sink::Stream(s) = sink {
                 if let Some(s) = s.upgrade() {
                     Stream::close_inner(&s);

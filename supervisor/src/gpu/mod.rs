@@ -2,7 +2,8 @@
 //!
 //! - `slots.rs`: one device as the tree sees it (slot pool, who listens to each slot, event routing);
 //! - `pool.rs`: free and quarantined slots;
-//! - `slot_actor.rs`: the slot actor (bring-up, drain on stop, failure, the hung-actor watchdog);
+//! - `slot_actor.rs`: the slot actor (bring-up, drain on stop, failure);
+//! - `watchdog.rs`: the hung-actor detector of every GPU child on a device (one task per device);
 //! - `claim.rs`: a child's hold on its slot (take, start an incarnation, clean up, give back);
 //! - `quarantine.rs`: a wedged actor, from stuck to moved (the whole sequence in its module doc);
 //! - `event_faults.rs`: dropped or delayed device events, for fault-injection tests.
@@ -13,6 +14,7 @@ mod pool;
 pub(crate) mod quarantine;
 mod slot_actor;
 pub(crate) mod slots;
+mod watchdog;
 
 pub use event_faults::EventFault;
 pub use slots::SlotMsg;

@@ -2,7 +2,7 @@
 //!
 //! A GPU block cannot be preempted: an actor spinning inside its behaviour never acknowledges a kill. The
 //! evidence is gathered where it is seen, and each step lives in one place:
-//! 1. the slot actor's watchdog (`slot_actor.rs`, `check_heartbeat`) fails the child when its heartbeat stands
+//! 1. the device's watchdog (`watchdog.rs`) fails the child when its heartbeat stands
 //!    still while messages wait (never while the whole device is unresponsive: that is the device's own
 //!    watchdog's call, see `ringvisor_device::UNRESPONSIVE_AFTER`);
 //! 2. the supervisor restarts it; the new incarnation's slot actor asks the device to restart the slot

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use ringvisor_device::{
-    BehaviourId, Device, DeviceCode, DeviceError, DeviceHealth, EventKind, PendingCommand, SlotState,
-    UNRESPONSIVE_AFTER,
+    BehaviourId, Device, DeviceCode, DeviceError, EventKind, PendingCommand, SlotState,
 };
 
 use super::quarantine::{is_wedged, move_off_quarantined};
@@ -34,17 +33,6 @@ pub(crate) struct SlotActorState {
     shared: Arc<ChildShared>,
     slot: u32,
     generation: u32,
-    watchdog: Option<Watchdog>,
-}
-
-/// The hung-actor detector: the heartbeat the device last showed, and since when, while work was pending.
-struct Watchdog {
-    timeout: Duration,
-    heartbeat: u64,
-    since: Instant,
-    /// Since when the device has shown this incarnation ended (Failed/Terminated) without the host hearing.
-    ended_since: Option<Instant>,
-    ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Wait between attempts to submit a command while another is in flight on the slot.
@@ -101,14 +89,11 @@ impl Actor for SlotActor {
         // An injected hang (the stall bit) belonged to the previous incarnation.
         let _ = device.inject(slot, ringvisor_device::Fault::ClearStall);
         tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");
-        let watchdog = args.heartbeat_timeout.map(|timeout| Watchdog {
-            timeout,
-            heartbeat: 0,
-            since: Instant::now(),
-            ended_since: None,
-            ticker: Some(myself.send_interval(timeout / 4, || SlotMsg::Watchdog)),
-        });
-        Ok(SlotActorState { shared: args.shared, slot, generation, watchdog })
+        if let Some(timeout) = args.heartbeat_timeout {
+            let id = args.shared.id.to_string();
+            slots.watchdogs.watch(Arc::downgrade(&slots), slot, generation, timeout, myself.clone(), id);
+        }
+        Ok(SlotActorState { shared: args.shared, slot, generation })
     }
 
     async fn handle(
@@ -119,7 +104,7 @@ impl Actor for SlotActor {
     ) -> Result<(), ActorProcessingErr> {
         let ev = match msg {
             SlotMsg::Device(ev) => ev,
-            SlotMsg::Watchdog => return state.check_heartbeat(),
+            SlotMsg::Hung(reason) => return Err(reason.into()),
             SlotMsg::Recheck => return state.check_failed(),
         };
         if ev.generation != state.generation {
@@ -137,10 +122,8 @@ impl Actor for SlotActor {
     }
 
     async fn post_stop(&self, myself: ActorRef<SlotMsg>, state: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
-        if let Some(ticker) = state.watchdog.as_mut().and_then(|w| w.ticker.take()) {
-            ticker.abort();
-        }
         let Some(gpu) = state.shared.gpu_actor.as_ref() else { return Ok(()) };
+        gpu.slots.watchdogs.unwatch(state.slot, &myself);
         gpu.slots.detach(state.slot, &myself);
         // A graceful stop drains the slot: the actor finishes the messages it has. The supervisor bounds
         // the wait with the child's shutdown spec (and kills the slot if it runs out).
@@ -246,59 +229,5 @@ impl SlotActorState {
             return Err(self.failure(snap.last_error));
         }
         Ok(())
-    }
-
-    /// Fails the actor if its device actor is hung: the heartbeat has not moved for the timeout while
-    /// messages wait in its inbox. (Its supervisor then restarts it; a device actor that does not
-    /// acknowledge that restart is wedged and its slot quarantined, see `bring_up`.) While the whole
-    /// device is unresponsive no slot is blamed: that is the device's watchdog's call.
-    fn check_heartbeat(&mut self) -> Result<(), ActorProcessingErr> {
-        let Some(gpu) = self.shared.gpu_actor.as_ref() else { return Ok(()) };
-        let Some(w) = self.watchdog.as_mut() else { return Ok(()) };
-        let device = gpu.device();
-        // Block 0 stalled too: the whole executor is (an injected stall, a device being lost), not this slot.
-        // The device layer's bound, or half this child's timeout if shorter, so a stall is seen before the
-        // child would be blamed.
-        let device_stalled = device.heartbeat_age() >= UNRESPONSIVE_AFTER.min(w.timeout / 2);
-        if device_stalled || device.health() == DeviceHealth::Lost {
-            w.since = Instant::now();
-            w.ended_since = None;
-            return Ok(());
-        }
-        let snap = device.snapshot(self.slot)?;
-        // An incarnation that ended (its event lost or late) for a whole timeout is treated as failed; a newer
-        // generation means it ended too (block 0 restarted it under a grant).
-        let ended =
-            snap.generation != self.generation || matches!(snap.state, SlotState::Failed | SlotState::Terminated);
-        match (ended, w.ended_since) {
-            (false, _) => w.ended_since = None,
-            (true, None) => w.ended_since = Some(Instant::now()),
-            (true, Some(t)) if t.elapsed() >= w.timeout => {
-                metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
-                return Err(format!(
-                    "GPU actor `{}` (slot {}) ended ({:?}) and no event told the host",
-                    self.shared.id, self.slot, snap.state
-                )
-                .into());
-            }
-            (true, Some(_)) => {}
-        }
-        let pending = snap.inbox.1.wrapping_sub(snap.inbox.0);
-        if snap.generation != self.generation || pending == 0 || snap.heartbeat != w.heartbeat {
-            w.heartbeat = snap.heartbeat;
-            w.since = Instant::now();
-            return Ok(());
-        }
-        let stale = w.since.elapsed();
-        if stale < w.timeout {
-            return Ok(());
-        }
-        metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
-        tracing::warn!(child = %self.shared.id, slot = self.slot, ?stale, pending, "GPU actor hung");
-        Err(format!(
-            "GPU actor `{}` (slot {}) hung: heartbeat stale for {stale:?} with {pending} messages pending",
-            self.shared.id, self.slot
-        )
-        .into())
     }
 }

@@ -11,15 +11,16 @@ use ringvisor_device::{Device, DeviceEvent, EventHook, SlotEvent};
 
 use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
+use super::watchdog::Watchdogs;
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 
-/// Messages of a slot actor: the device events of its slot, and the watchdog's ticks.
+/// Messages of a slot actor: the device events of its slot, and the watchdog's verdicts.
 #[derive(Debug)]
 pub enum SlotMsg {
     /// A device event for the slot, routed by the tree's event hook.
     Device(DeviceEvent),
-    /// Time to check the slot's heartbeat.
-    Watchdog,
+    /// The device's watchdog found the incarnation hung, or ended without an event: fail with this reason.
+    Hung(String),
     /// Read the slot's state once more: its incarnation may have failed before the slot actor listened.
     Recheck,
 }
@@ -39,6 +40,8 @@ pub(crate) struct DeviceSlots {
     pub(super) bindings: DashMap<u32, SlotBinding>,
     /// Injected faults on the path from the device to slot actors (tests only).
     pub(crate) event_faults: EventFaults,
+    /// The hung-actor detector of every GPU child on this device.
+    pub(super) watchdogs: Watchdogs,
     /// The device event hook (kept alive here; the device holds it weakly).
     _hook: Arc<EventHook>,
 }
@@ -58,6 +61,7 @@ impl DeviceSlots {
                 pool: SlotPool::new(device.slot_count()),
                 bindings: DashMap::new(),
                 event_faults: EventFaults::default(),
+                watchdogs: Watchdogs::default(),
                 device,
                 _hook: hook,
             }
