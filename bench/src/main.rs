@@ -102,9 +102,13 @@ fn tree_rows(n: u32, calls: usize) -> Vec<Row> {
         Row::new(&scenario("idle"), tree.idle_cpu.clone(), tree.idle_cpu, "<= 5% of one core", |v, _, _| {
             v.median <= 0.05
         }),
-        Row::new(&scenario("call to one while the rest idle"), tree.call, small.call, "<= 2x the call in a tree of 100", |_, _, r| {
-            r <= 2.0
-        }),
+        Row::new(
+            &scenario("call to one while the rest idle"),
+            tree.call,
+            small.call,
+            "<= 2x the call in a tree of 100",
+            |_, _, r| r <= 2.0,
+        ),
     ]
 }
 
@@ -214,9 +218,13 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let linear = format!("<= {}x", large as f64 / small as f64 * 1.2);
     let growth = |big: stats::Summary, little: stats::Summary, what: &str| {
         let limit = large as f64 / small as f64 * 1.2;
-        Row::new(&format!("supervised tree {what}: {large} against {small} children"), big, little, &linear, move |_, _, r| {
-            r <= limit
-        })
+        Row::new(
+            &format!("supervised tree {what}: {large} against {small} children"),
+            big,
+            little,
+            &linear,
+            move |_, _, r| r <= limit,
+        )
     };
     let (big_start, big_stop) = start_and_stop(&large_rows);
     let (little_start, little_stop) = start_and_stop(&small_rows);

@@ -141,6 +141,25 @@ impl SharedGrid {
         }
     }
 
+    /// Messages published to `slot`'s inbox and not yet consumed (tail − head, two loads).
+    pub(crate) fn inbox_pending(&self, slot: u32) -> u32 {
+        // SAFETY: aligned fields of a live control block.
+        unsafe {
+            let tail = load_u32(addr_of_mut!((*self.block(slot)).inbox_tail), Ordering::Relaxed);
+            let head = load_u32(addr_of_mut!((*self.block(slot)).inbox_head), Ordering::Acquire);
+            tail.wrapping_sub(head)
+        }
+    }
+
+    /// The device's state and generation of `slot` (one line of its control block).
+    pub(crate) fn lifecycle(&self, slot: u32) -> (u32, u32) {
+        // SAFETY: aligned fields of a live control block.
+        unsafe {
+            let state = load_u32(addr_of_mut!((*self.block(slot)).state), Ordering::Acquire);
+            (state, load_u32(addr_of_mut!((*self.block(slot)).generation), Ordering::Relaxed))
+        }
+    }
+
     /// The device's inbox head of `slot` (first message not yet consumed).
     pub(crate) fn inbox_head(&self, slot: u32) -> u32 {
         // SAFETY: aligned field of a live control block.

@@ -295,15 +295,17 @@ impl Drop for HostRegion {
     }
 }
 
-/// A bitmap of slots that may have replies waiting, set by the workers and drained by the host poller.
+/// A bitmap of slots that may have replies waiting, set by the workers and drained by the host poller; a flag
+/// says whether any bit may be set, so an idle poller does not look at every word.
 pub(crate) struct DirtySet {
     words: Box<[std::sync::atomic::AtomicU64]>,
+    any: AtomicBool,
 }
 
 impl DirtySet {
     pub(crate) fn new(slots: u32) -> Self {
         let words = (slots as usize).div_ceil(64);
-        Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect() }
+        Self { words: (0..words).map(|_| std::sync::atomic::AtomicU64::new(0)).collect(), any: AtomicBool::new(false) }
     }
 
     /// Marks the slots `first + i` for each bit `i` of `bits`; `first` is a multiple of 32.
@@ -314,12 +316,17 @@ impl DirtySet {
         if w.load(Ordering::Relaxed) & bits != bits {
             w.fetch_or(bits, Ordering::AcqRel);
         }
+        // After the bits: a drain that cleared the flag before this store sees the bits on its next call.
+        self.any.store(true, Ordering::Release);
     }
 
     /// Calls `f` for each marked slot, clearing the marks first. Returns how many there were.
     pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
         use std::sync::atomic::Ordering;
         let mut n = 0;
+        if !self.any.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
         for (i, w) in self.words.iter().enumerate() {
             if w.load(Ordering::Relaxed) == 0 {
                 continue;

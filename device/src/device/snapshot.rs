@@ -76,6 +76,21 @@ impl Device {
         })
     }
 
+    /// Messages waiting in `slot`'s inbox (published by the host, not yet consumed by the actor): two loads,
+    /// for watchdogs that look at many slots.
+    pub fn inbox_pending(&self, slot: u32) -> Result<u32, DeviceError> {
+        self.check_slot(slot)?;
+        Ok(self.inner.grid.inbox_pending(slot))
+    }
+
+    /// The device's own generation and state of `slot` (which events may not have told the host yet): one
+    /// line of the control block.
+    pub fn lifecycle(&self, slot: u32) -> Result<(u32, SlotState), DeviceError> {
+        self.check_slot(slot)?;
+        let (state, generation) = self.inner.grid.lifecycle(slot);
+        Ok((generation, SlotState::from_raw(state)))
+    }
+
     /// The generation and state of `slot` as the host last learned them from events.
     pub fn host_view(&self, slot: u32) -> Result<(u32, SlotState), DeviceError> {
         self.check_slot(slot)?;

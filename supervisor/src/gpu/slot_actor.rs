@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor_device::{
-    BehaviourId, Device, DeviceCode, DeviceError, EventKind, PendingCommand, SlotState,
-};
+use ringvisor_device::{BehaviourId, Device, DeviceCode, DeviceError, EventKind, PendingCommand, SlotState};
 
 use super::quarantine::{is_wedged, move_off_quarantined};
 use super::slots::SlotMsg;

@@ -8,26 +8,34 @@
 //! device is unresponsive (block 0's heartbeat stale too) no slot is blamed: that is the device's watchdog's
 //! call. An idle actor is never stepped (see the CPU backend's run set), so its heartbeat stands still: only
 //! the time with work pending counts.
+//!
+//! A look at a slot costs two loads (its inbox's head and tail) when nothing waits there; the heartbeat is
+//! read only for a slot with messages waiting, and the device's own state (has the incarnation ended?) every
+//! [`ENDED_EVERY`] ticks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Weak;
+use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use ractor::ActorRef;
 use ringvisor_device::{Device, DeviceHealth, SlotState, UNRESPONSIVE_AFTER};
 
 use super::slots::{DeviceSlots, SlotMsg};
+use crate::sync::lock;
 
 /// Longest time between two looks at the same slot (a child's timeout / 4 is used when shorter).
 const MAX_TICK: Duration = Duration::from_millis(250);
 /// Shortest time between two looks.
 const MIN_TICK: Duration = Duration::from_millis(5);
+/// Every how many ticks the device's state of each slot is read (an ended incarnation is reported after its
+/// timeout, so a look every timeout is enough).
+const ENDED_EVERY: u64 = 4;
 
-/// The watched incarnations of one device, by slot.
+/// The watched incarnations of one device, indexed by slot.
 #[derive(Default)]
 pub(crate) struct Watchdogs {
-    watched: DashMap<u32, Watched>,
+    watched: Mutex<Vec<Option<Watched>>>,
+    ticks: AtomicU64,
     /// Nanoseconds between ticks: a quarter of the shortest timeout watched so far, within the bounds above.
     tick_ns: AtomicU64,
     started: AtomicBool,
@@ -60,10 +68,15 @@ impl Watchdogs {
     ) {
         let tick = (timeout / 4).clamp(MIN_TICK, MAX_TICK).as_nanos() as u64;
         self.tick_ns.fetch_min(tick, Ordering::Relaxed);
-        self.watched.insert(
-            slot,
-            Watched { actor, child, generation, timeout, heartbeat: 0, since: Instant::now(), ended_since: None },
-        );
+        let entry =
+            Watched { actor, child, generation, timeout, heartbeat: 0, since: Instant::now(), ended_since: None };
+        let mut watched = lock(&self.watched);
+        let index = slot as usize;
+        if watched.len() <= index {
+            watched.resize_with(index + 1, || None);
+        }
+        watched[index] = Some(entry);
+        drop(watched);
         if !self.started.swap(true, Ordering::AcqRel) {
             tokio::spawn(run(slots));
         }
@@ -71,7 +84,11 @@ impl Watchdogs {
 
     /// Stops watching `slot` if `actor` is still the one watched there.
     pub(crate) fn unwatch(&self, slot: u32, actor: &ActorRef<SlotMsg>) {
-        self.watched.remove_if(&slot, |_, w| w.actor.get_id() == actor.get_id());
+        if let Some(entry) = lock(&self.watched).get_mut(slot as usize) {
+            if entry.as_ref().is_some_and(|w| w.actor.get_id() == actor.get_id()) {
+                *entry = None;
+            }
+        }
     }
 
     fn tick(&self) -> Duration {
@@ -86,47 +103,59 @@ impl Watchdogs {
         let device_stalled = device.heartbeat_age() >= UNRESPONSIVE_AFTER.min(self.tick() * 2);
         let device_down = device_stalled || device.health() == DeviceHealth::Lost;
         let now = Instant::now();
+        let read_state = self.ticks.fetch_add(1, Ordering::Relaxed) % ENDED_EVERY == 0;
         let mut verdicts = Vec::new();
-        for mut entry in self.watched.iter_mut() {
-            let slot = *entry.key();
-            let w = entry.value_mut();
+        let mut watched = lock(&self.watched);
+        for (slot, entry) in watched.iter_mut().enumerate() {
+            let Some(w) = entry else { continue };
             if device_down {
                 w.since = now;
                 w.ended_since = None;
                 continue;
             }
-            if let Some(reason) = w.check(device, slot, now) {
-                verdicts.push((slot, w.actor.clone(), reason));
+            if let Some(reason) = w.check(device, slot as u32, now, read_state) {
+                verdicts.push((slot as u32, entry.take().map(|w| w.actor), reason));
             }
         }
+        drop(watched);
         for (slot, actor, reason) in verdicts {
             metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
             tracing::warn!(slot, %reason, "GPU actor watchdog");
-            self.unwatch(slot, &actor);
-            let _ = actor.send_message(SlotMsg::Hung(reason));
+            if let Some(actor) = actor {
+                let _ = actor.send_message(SlotMsg::Hung(reason));
+            }
         }
     }
 }
 
 impl Watched {
-    /// The verdict on this incarnation at `now`, if any.
-    fn check(&mut self, device: &Device, slot: u32, now: Instant) -> Option<String> {
-        let snap = device.snapshot(slot).ok()?;
-        let ended =
-            snap.generation != self.generation || matches!(snap.state, SlotState::Failed | SlotState::Terminated);
-        match (ended, self.ended_since) {
-            (false, _) => self.ended_since = None,
-            (true, None) => self.ended_since = Some(now),
-            (true, Some(t)) if now.duration_since(t) >= self.timeout => {
-                return Some(format!(
-                    "GPU actor `{}` (slot {slot}) ended ({:?}) and no event told the host",
-                    self.child, snap.state
-                ));
+    /// The verdict on this incarnation at `now`, if any; `read_state`: look at the device's state too.
+    fn check(&mut self, device: &Device, slot: u32, now: Instant, read_state: bool) -> Option<String> {
+        let ended = if read_state || self.ended_since.is_some() {
+            let (generation, state) = device.lifecycle(slot).ok()?;
+            let ended = generation != self.generation || matches!(state, SlotState::Failed | SlotState::Terminated);
+            match (ended, self.ended_since) {
+                (false, _) => self.ended_since = None,
+                (true, None) => self.ended_since = Some(now),
+                (true, Some(t)) if now.duration_since(t) >= self.timeout => {
+                    return Some(format!(
+                        "GPU actor `{}` (slot {slot}) ended ({state:?}) and no event told the host",
+                        self.child
+                    ));
+                }
+                (true, Some(_)) => {}
             }
-            (true, Some(_)) => {}
+            ended
+        } else {
+            false
+        };
+        let pending = device.inbox_pending(slot).ok()?;
+        if pending == 0 {
+            self.since = now;
+            return None;
         }
-        let pending = snap.inbox.1.wrapping_sub(snap.inbox.0);
-        if ended || pending == 0 || snap.heartbeat != self.heartbeat {
+        let snap = device.snapshot(slot).ok()?;
+        if ended || snap.generation != self.generation || snap.heartbeat != self.heartbeat {
             self.heartbeat = snap.heartbeat;
             self.since = now;
             return None;

@@ -201,11 +201,11 @@ impl Actor for Supervisor {
         if state.stopping {
             return Ok(());
         }
-        if let Some((actor_id, reason)) = ExitReason::from_event(&event) {
-            // An exit of an incarnation already replaced or terminated by us is stale: ignore it.
-            if let Some(idx) = state.children.iter().position(|c| c.running().is_some_and(|a| a.get_id() == actor_id)) {
-                state.restart_child(&myself, idx, reason).await;
-            }
+        // Only exits matter (ractor also reports every child's start: a tree of 100,000 gets 100,000 of those).
+        let Some((actor_id, reason)) = ExitReason::from_event(&event) else { return Ok(()) };
+        // An exit of an incarnation already replaced or terminated by us is stale: ignore it.
+        if let Some(idx) = state.children.iter().position(|c| c.running().is_some_and(|a| a.get_id() == actor_id)) {
+            state.restart_child(&myself, idx, reason).await;
         }
         state.refresh_grants();
         Ok(())
