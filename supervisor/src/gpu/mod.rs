@@ -17,4 +17,16 @@ pub(crate) mod slots;
 mod watchdog;
 
 pub use event_faults::EventFault;
-pub use slots::SlotMsg;
+
+use ringvisor_device::DeviceEvent;
+
+/// Messages of a slot actor: the device events of its slot, and the watchdog's verdicts.
+#[derive(Debug)]
+pub enum SlotMsg {
+    /// A device event for the slot, routed by the tree's event hook.
+    Device(DeviceEvent),
+    /// The device's watchdog found the incarnation hung, or ended without an event: fail with this reason.
+    Hung(String),
+    /// Read the slot's state once more: its incarnation may have failed before the slot actor listened.
+    Recheck,
+}

@@ -9,7 +9,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use ringvisor_device::{BehaviourId, Device, DeviceCode, DeviceError, EventKind, PendingCommand, SlotState};
 
 use super::quarantine::{is_wedged, move_off_quarantined};
-use super::slots::SlotMsg;
+use super::SlotMsg;
 use crate::handle::ChildShared;
 use crate::reason::stop_reason;
 use crate::tree_events::TreeEvents;
@@ -89,7 +89,9 @@ impl Actor for SlotActor {
         tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");
         if let Some(timeout) = args.heartbeat_timeout {
             let id = args.shared.id.to_string();
-            slots.watchdogs.watch(Arc::downgrade(&slots), slot, generation, timeout, myself.clone(), id);
+            let tree_device = Arc::downgrade(&slots);
+            let device = move || tree_device.upgrade().map(|s| s.device.clone());
+            slots.watchdogs.watch(device, slot, generation, timeout, myself.clone(), id);
         }
         Ok(SlotActorState { shared: args.shared, slot, generation })
     }

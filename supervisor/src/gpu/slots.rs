@@ -7,23 +7,13 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use ractor::ActorRef;
-use ringvisor_device::{Device, DeviceEvent, EventHook, SlotEvent};
+use ringvisor_device::{Device, EventHook, SlotEvent};
 
 use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
 use super::watchdog::Watchdogs;
+use super::SlotMsg;
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
-
-/// Messages of a slot actor: the device events of its slot, and the watchdog's verdicts.
-#[derive(Debug)]
-pub enum SlotMsg {
-    /// A device event for the slot, routed by the tree's event hook.
-    Device(DeviceEvent),
-    /// The device's watchdog found the incarnation hung, or ended without an event: fail with this reason.
-    Hung(String),
-    /// Read the slot's state once more: its incarnation may have failed before the slot actor listened.
-    Recheck,
-}
 
 /// Who listens to a slot's device events: its slot actor, and the name its dead letters are filed under.
 pub(super) struct SlotBinding {
@@ -41,7 +31,7 @@ pub(crate) struct DeviceSlots {
     /// Injected faults on the path from the device to slot actors (tests only).
     pub(crate) event_faults: EventFaults,
     /// The hung-actor detector of every GPU child on this device.
-    pub(super) watchdogs: Watchdogs,
+    pub(super) watchdogs: Arc<Watchdogs>,
     /// The device event hook (kept alive here; the device holds it weakly).
     _hook: Arc<EventHook>,
 }
@@ -61,7 +51,7 @@ impl DeviceSlots {
                 pool: SlotPool::new(device.slot_count()),
                 bindings: DashMap::new(),
                 event_faults: EventFaults::default(),
-                watchdogs: Watchdogs::default(),
+                watchdogs: Arc::default(),
                 device,
                 _hook: hook,
             }

@@ -14,13 +14,13 @@
 //! [`ENDED_EVERY`] ticks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
 use ringvisor_device::{Device, DeviceHealth, SlotState, UNRESPONSIVE_AFTER};
 
-use super::slots::{DeviceSlots, SlotMsg};
+use super::SlotMsg;
 use crate::sync::lock;
 
 /// Longest time between two looks at the same slot (a child's timeout / 4 is used when shorter).
@@ -56,10 +56,11 @@ struct Watched {
 
 impl Watchdogs {
     /// Watches incarnation `generation` of `slot`, run by `actor` (the slot actor of child `child`), with
-    /// `timeout`. Starts the device's detector task on first use (from within the tokio runtime).
+    /// `timeout`. Starts the device's detector task on first use (from within the tokio runtime); `device`
+    /// gives it the device while the tree still uses it (the task holds no device of its own).
     pub(crate) fn watch(
-        &self,
-        slots: Weak<DeviceSlots>,
+        self: &Arc<Self>,
+        device: impl Fn() -> Option<Device> + Send + 'static,
         slot: u32,
         generation: u32,
         timeout: Duration,
@@ -78,7 +79,7 @@ impl Watchdogs {
         watched[index] = Some(entry);
         drop(watched);
         if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(run(slots));
+            tokio::spawn(run(Arc::downgrade(self), device));
         }
     }
 
@@ -170,15 +171,15 @@ impl Watched {
     }
 }
 
-/// The detector task of one device: ends when the device's tree state is gone.
-async fn run(slots: Weak<DeviceSlots>) {
+/// The detector task of one device: ends when the device's tree state (which owns the watchdogs) is gone.
+async fn run(watchdogs: Weak<Watchdogs>, device: impl Fn() -> Option<Device>) {
     loop {
-        let tick = match slots.upgrade() {
-            Some(s) => s.watchdogs.tick(),
+        let tick = match watchdogs.upgrade() {
+            Some(w) => w.tick(),
             None => return,
         };
         tokio::time::sleep(tick).await;
-        let Some(s) = slots.upgrade() else { return };
-        s.watchdogs.check_all(&s.device);
+        let (Some(w), Some(device)) = (watchdogs.upgrade(), device()) else { return };
+        w.check_all(&device);
     }
 }
