@@ -318,3 +318,24 @@ async fn a_handle_sends_batches_through_restarts() {
     assert_eq!(rt.dead_letters().stats().count(DeadLetterReason::DeadTarget), 2);
     rt.shutdown().await;
 }
+
+/// An idle actor is not stepped on the CPU backend, so its heartbeat stands still for as long as it idles;
+/// only time with messages waiting counts against the watchdog's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_idle_longer_than_its_watchdog_bound_is_not_hung_when_work_arrives() {
+    let watched = GpuChild::new("counter").heartbeat_timeout(Some(Duration::from_millis(250)));
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("w", watched).name("app/w"));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let w = rt.gpu("app/w").unwrap();
+    assert_eq!(total(&w, 1).await, 1);
+    for round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await; // idle for more than twice the bound
+        assert_eq!(total(&w, 1).await, round + 2, "state kept: no restart");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(event) = events.try_recv() {
+        assert!(!matches!(event, TreeEvent::ChildExited { .. }), "no exit expected: {event:?}");
+    }
+    rt.shutdown().await;
+}

@@ -343,3 +343,32 @@ on_every_backend!(
     init_failure_is_a_create_error_and_leaves_the_slot_failed,
     a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running,
 );
+
+/// CPU backend only: its workers run a slot only when it has work (the run set: a message, a fault, a command,
+/// a kernel-to-kernel send, or work a step left). The CUDA build's blocks sweep their slots instead (an idle
+/// Active actor beats once per millisecond there), so this holds for the CPU backend alone.
+#[test]
+fn cpu_backend_steps_no_idle_actor_and_only_the_one_given_work() {
+    const N: u32 = 256;
+    let d = Device::open(DeviceConfig::default().slots(N).backend(Backend::Cpu(CpuConfig::default()))).unwrap();
+    let created: Vec<_> = (0..N).map(|s| d.create(s, "counter", &[]).unwrap()).collect();
+    for c in created {
+        c.wait_blocking(T).unwrap();
+    }
+    let beats = || (0..N).map(|s| d.snapshot(s).unwrap().heartbeat).collect::<Vec<_>>();
+    // The creations' last steps end: every heartbeat stands still.
+    let mut before = beats();
+    eventually("every heartbeat to stand still", || {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = beats();
+        std::mem::replace(&mut before, now) == before
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(beats(), before, "an idle actor was stepped");
+    assert_eq!(i64_of(&d.call(7, &3i64.to_le_bytes(), T).unwrap()), 3);
+    let after = beats();
+    assert!(after[7] > before[7], "the actor given work ran");
+    for s in (0..N as usize).filter(|&s| s != 7) {
+        assert_eq!(after[s], before[s], "slot {s} was stepped without work");
+    }
+}
