@@ -215,9 +215,9 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     let small_rows = tree_rows(small, s.latency_samples);
     let large_rows = tree_rows(large, s.latency_samples);
     let start_and_stop = |rows: &[Row]| (rows[0].ringvisor.clone(), rows[1].ringvisor.clone());
-    let linear = format!("<= {}x", large as f64 / small as f64 * 1.2);
+    let limit = large as f64 / small as f64 * 1.2;
+    let linear = format!("<= {limit}x");
     let growth = |big: stats::Summary, little: stats::Summary, what: &str| {
-        let limit = large as f64 / small as f64 * 1.2;
         Row::new(
             &format!("supervised tree {what}: {large} against {small} children"),
             big,
