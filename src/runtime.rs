@@ -178,7 +178,8 @@ impl Runtime {
         self.registry().lookup(name).and_then(|c| c.gpu())
     }
 
-    /// Every registered actor whose name matches `pattern` (`*`, `**`, `?`).
+    /// Every registered actor whose name matches the glob `pattern`: `*`, `?` and `[a-z]` within a segment,
+    /// `**` across segments (see [`Registry::find`]).
     pub fn find(&self, pattern: &str) -> Result<Vec<(String, ChildRef)>, RegistryError> {
         self.registry().find(pattern)
     }

@@ -1,10 +1,12 @@
 //! The named registry: hierarchical names (`fleet/sensors/7`) bound to stable child handles, looked up by
-//! exact name or by pattern (`*` one segment, `**` any number of segments, `?` one character).
+//! exact name or by pattern: `*` as a whole segment is one segment, `**` any number of segments; inside a
+//! segment, `*` is any run of characters, `?` one character, `[a-z_]` (or `[!a-z]`) one character of a class.
 //!
 //! Exact lookups go through a concurrent map; pattern lookups walk a trie of segments, so a pattern with a
 //! literal prefix visits only that subtree, not every name.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
@@ -53,15 +55,154 @@ pub fn validate_name(name: &str) -> Result<(), RegistryError> {
 }
 
 /// One segment of a parsed pattern (borrowing the pattern).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Seg<'p> {
     Literal(&'p str),
-    /// A segment with `?`: each `?` matches one character.
-    Glob(&'p str),
+    /// A segment with wildcards inside it (`s1*`, `s?`, `[ab]x`).
+    Glob(Glob<'p>),
     /// `*`: exactly one segment.
     Any,
     /// `**`: zero or more segments.
     AnyDepth,
+}
+
+/// One element of a segment glob; each but `Star` matches exactly one character.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Tok {
+    Lit(u8),
+    /// `?`: any one character.
+    One,
+    /// `*`: any run of characters, empty included (never `/`: globs stay inside their segment).
+    Star,
+    /// `[a-z_]` or its negation `[!a-z]` / `[^a-z]`: inclusive byte ranges.
+    Class {
+        negated: bool,
+        ranges: Vec<(u8, u8)>,
+    },
+}
+
+impl Tok {
+    fn matches(&self, c: u8) -> bool {
+        match self {
+            Tok::Lit(l) => *l == c,
+            Tok::One => true,
+            Tok::Star => false,
+            Tok::Class { negated, ranges } => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c)) != *negated,
+        }
+    }
+}
+
+/// A segment glob, compiled: its elements, the literal prefix before its first wildcard (the index's range
+/// query starts there) and the segment lengths it can match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Glob<'p> {
+    toks: Vec<Tok>,
+    prefix: &'p str,
+    min_len: usize,
+    /// `None` when the glob holds a `*`.
+    max_len: Option<usize>,
+}
+
+const BAD_CHARS: &str = "segments may hold only letters, digits, `_ - . : @ +` and the wildcards `* ? [...]`";
+
+impl<'p> Glob<'p> {
+    fn parse(seg: &'p str) -> Result<Self, &'static str> {
+        if seg.contains("**") {
+            return Err("`**` must be a whole segment (within a segment, `*` matches any run of characters)");
+        }
+        let bytes = seg.as_bytes();
+        let mut toks = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            i += 1;
+            toks.push(match b {
+                b'*' => Tok::Star,
+                b'?' => Tok::One,
+                b'[' => {
+                    let close =
+                        bytes[i..].iter().position(|&c| c == b']').ok_or("unclosed `[` in a character class")?;
+                    let class = Self::class(&bytes[i..i + close])?;
+                    i += close + 1;
+                    class
+                }
+                b if segment_ok(std::str::from_utf8(&[b]).unwrap_or("")) => Tok::Lit(b),
+                _ => return Err(BAD_CHARS),
+            });
+        }
+        let literal = toks.iter().take_while(|t| matches!(t, Tok::Lit(_))).count();
+        let min_len = toks.iter().filter(|t| !matches!(t, Tok::Star)).count();
+        let max_len = (!toks.contains(&Tok::Star)).then_some(min_len);
+        // Literals are single ASCII bytes, so the prefix is the glob's first `literal` bytes.
+        Ok(Self { prefix: &seg[..literal], toks, min_len, max_len })
+    }
+
+    /// The inside of `[...]`: an optional `!` or `^`, then characters and `a-z` ranges.
+    fn class(inner: &[u8]) -> Result<Tok, &'static str> {
+        let (negated, mut rest) = match inner.first() {
+            Some(b'!' | b'^') => (true, &inner[1..]),
+            _ => (false, inner),
+        };
+        if rest.is_empty() {
+            return Err("empty character class `[]`");
+        }
+        let mut ranges = Vec::new();
+        while let Some(&lo) = rest.first() {
+            if !segment_ok(std::str::from_utf8(&[lo]).unwrap_or("")) {
+                return Err(BAD_CHARS);
+            }
+            match rest {
+                [_, b'-', hi, ..] => {
+                    if !segment_ok(std::str::from_utf8(&[*hi]).unwrap_or("")) {
+                        return Err(BAD_CHARS);
+                    }
+                    if *hi < lo {
+                        return Err("a character class range runs backwards (`[z-a]`)");
+                    }
+                    ranges.push((lo, *hi));
+                    rest = &rest[3..];
+                }
+                _ => {
+                    ranges.push((lo, lo));
+                    rest = &rest[1..];
+                }
+            }
+        }
+        Ok(Tok::Class { negated, ranges })
+    }
+
+    /// Whether the whole of `seg` matches (a `*` backtracks to the last star only: linear for one star,
+    /// at worst quadratic in the segment's length).
+    fn matches(&self, seg: &str) -> bool {
+        let s = seg.as_bytes();
+        let (mut t, mut i) = (0, 0);
+        let mut last_star: Option<(usize, usize)> = None;
+        while i < s.len() {
+            match self.toks.get(t) {
+                Some(Tok::Star) => {
+                    last_star = Some((t, i));
+                    t += 1;
+                    continue;
+                }
+                Some(tok) if tok.matches(s[i]) => {
+                    t += 1;
+                    i += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            match last_star {
+                // Let the last `*` take one more character and retry from there.
+                Some((star, from)) => {
+                    last_star = Some((star, from + 1));
+                    t = star + 1;
+                    i = from + 1;
+                }
+                None => return false,
+            }
+        }
+        self.toks[t..].iter().all(|tok| *tok == Tok::Star)
+    }
 }
 
 fn parse_pattern(pattern: &str) -> Result<Vec<Seg<'_>>, RegistryError> {
@@ -78,44 +219,21 @@ fn parse_pattern(pattern: &str) -> Result<Vec<Seg<'_>>, RegistryError> {
             "" => return bad("empty segment (leading, trailing or double `/`)"),
             "*" => Seg::Any,
             "**" => Seg::AnyDepth,
-            s if s.contains('*') => return bad("`*` and `**` must be whole segments"),
-            s if s.contains('?') => {
-                if !segment_ok(&s.replace('?', "")) {
-                    return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards");
-                }
-                Seg::Glob(s)
-            }
             s if segment_ok(s) => Seg::Literal(s),
-            _ => return bad("segments may hold only letters, digits, `_ - . : @ +` and wildcards"),
+            s => match Glob::parse(s) {
+                Ok(glob) => Seg::Glob(glob),
+                Err(why) => return bad(why),
+            },
         });
     }
     Ok(segs)
 }
 
-/// Whether `seg` matches `glob`, where each `?` stands for one character.
-fn glob_matches(glob: &str, seg: &str) -> bool {
-    let mut chars = seg.chars();
-    for g in glob.chars() {
-        match chars.next() {
-            None => return false,
-            Some(c) if g != '?' && g != c => return false,
-            Some(_) => {}
-        }
-    }
-    chars.next().is_none()
-}
-
-/// A child segment's key: its length in bytes, then the segment. Ordered so that a glob (`s1?`: fixed length,
-/// literal prefix) is one range query visiting only the names of its length with its prefix.
-type SegKey = (usize, String);
-
-fn key(seg: &str) -> SegKey {
-    (seg.len(), seg.to_string())
-}
-
+/// A trie node; its children are keyed by segment, in byte order, so a glob with a literal prefix is one
+/// range query visiting only the segments with that prefix.
 #[derive(Default)]
 struct Node {
-    children: BTreeMap<SegKey, Node>,
+    children: BTreeMap<String, Node>,
     /// The child bound to the name that ends here.
     value: Option<ChildRef>,
 }
@@ -124,7 +242,7 @@ impl Node {
     fn insert(&mut self, segs: &[&str], child: ChildRef) {
         match segs.split_first() {
             None => self.value = Some(child),
-            Some((first, rest)) => self.children.entry(key(first)).or_default().insert(rest, child),
+            Some((first, rest)) => self.children.entry(first.to_string()).or_default().insert(rest, child),
         }
     }
 
@@ -133,10 +251,9 @@ impl Node {
         match segs.split_first() {
             None => self.value = None,
             Some((first, rest)) => {
-                let k = key(first);
-                if let Some(child) = self.children.get_mut(&k) {
+                if let Some(child) = self.children.get_mut(*first) {
                     if child.remove(rest) {
-                        self.children.remove(&k);
+                        self.children.remove(*first);
                     }
                 }
             }
@@ -169,34 +286,33 @@ impl Node {
             child.collect(rest, path, out, visits);
             path.truncate(len);
         }
-        match *first {
+        match first {
             Seg::Literal(lit) => {
-                if let Some(child) = self.children.get(&key(lit)) {
+                if let Some(child) = self.children.get(*lit) {
                     descend(lit, child, rest, path, out, visits);
                 }
             }
             Seg::Glob(glob) => {
-                // `?` is one character; names are ASCII (checked at bind), so one byte.
-                let prefix = &glob[..glob.find('?').unwrap_or(glob.len())];
-                let candidates = self
+                let same_prefix = self
                     .children
-                    .range((glob.len(), prefix.to_string())..)
-                    .take_while(|((len, name), _)| *len == glob.len() && name.starts_with(prefix));
-                for ((_, name), child) in candidates {
-                    if glob_matches(glob, name) {
+                    .range::<str, _>((Bound::Included(glob.prefix), Bound::Unbounded))
+                    .take_while(|(name, _)| name.starts_with(glob.prefix));
+                for (name, child) in same_prefix {
+                    let fits = name.len() >= glob.min_len && glob.max_len.is_none_or(|max| name.len() <= max);
+                    if fits && glob.matches(name) {
                         descend(name, child, rest, path, out, visits);
                     }
                 }
             }
             Seg::Any => {
-                for ((_, name), child) in &self.children {
+                for (name, child) in &self.children {
                     descend(name, child, rest, path, out, visits);
                 }
             }
             Seg::AnyDepth => {
                 // Zero segments here, or one segment and `**` again.
                 self.collect(rest, path, out, visits);
-                for ((_, name), child) in &self.children {
+                for (name, child) in &self.children {
                     descend(name, child, pat, path, out, visits);
                 }
             }
@@ -278,7 +394,8 @@ impl Registry {
         self.inner.names.get(name).map(|e| e.value().clone())
     }
 
-    /// Every `(name, child)` whose name matches `pattern`, sorted by name.
+    /// Every `(name, child)` whose name matches `pattern`, sorted by name segment by segment (`a/b` before
+    /// `a-c`: a name's subtree comes right after it).
     pub fn find(&self, pattern: &str) -> Result<Vec<(String, ChildRef)>, RegistryError> {
         self.find_counting(pattern).map(|(found, _)| found)
     }
@@ -292,9 +409,12 @@ impl Registry {
         let index = read(&self.inner.index);
         index.collect(&segs, &mut String::with_capacity(64), &mut found, &mut visits);
         drop(index);
-        // Segment order is not name order (`a-c` < `a/b`), and `**` can reach a name by two ways.
-        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        found.dedup_by(|a, b| a.0 == b.0);
+        // Without `**` the walk visits names in segment order already; `**` tries a name's subtree before
+        // its siblings' (`**/1` finds `1` before `0/1`), and two of them can reach a name by two ways.
+        if segs.contains(&Seg::AnyDepth) {
+            found.sort_by(|a, b| a.0.split('/').cmp(b.0.split('/')));
+            found.dedup_by(|a, b| a.0 == b.0);
+        }
         Ok((found, visits))
     }
 
@@ -320,19 +440,49 @@ impl Registry {
 mod tests {
     use super::*;
 
+    fn glob(g: &str) -> Glob<'_> {
+        Glob::parse(g).unwrap_or_else(|why| panic!("{g}: {why}"))
+    }
+
     #[test]
     fn globs_match_whole_segments() {
-        assert!(glob_matches("s?n", "sun"));
-        assert!(!glob_matches("s?n", "su"));
-        assert!(!glob_matches("s?n", "sunn"));
-        assert!(!glob_matches("s?n", "tun"));
+        let cases: &[(&str, &[&str], &[&str])] = &[
+            ("s?n", &["sun", "s-n"], &["su", "sunn", "tun", ""]),
+            ("s1*", &["s1", "s10", "s1999"], &["s", "s2", "xs1"]),
+            ("*x", &["x", "abx", "xxx"], &["xa", ""]),
+            ("a*b*c", &["abc", "aXbYc", "abbbc", "acbc"], &["ab", "acb", "abcx"]),
+            ("[ab]?", &["a1", "bz"], &["c1", "a", "ab1"]),
+            ("n[0-3]", &["n0", "n3"], &["n4", "n", "n00"]),
+            ("n[!0-3]", &["n4", "nz"], &["n0", "n"]),
+            ("n[^0-3-]", &["n4"], &["n-", "n2"]),
+            ("*", &["", "anything"], &[]),
+        ];
+        for (g, yes, no) in cases {
+            for s in *yes {
+                assert!(glob(g).matches(s), "{g} should match {s:?}");
+            }
+            for s in *no {
+                assert!(!glob(g).matches(s), "{g} should not match {s:?}");
+            }
+        }
+        assert_eq!(glob("s1*").prefix, "s1");
+        assert_eq!((glob("s1*").min_len, glob("s1*").max_len), (2, None));
+        assert_eq!((glob("[ab]?").min_len, glob("[ab]?").max_len, glob("[ab]?").prefix), (2, Some(2), ""));
     }
 
     #[test]
     fn pattern_errors_say_why() {
-        for (p, why) in
-            [("", "empty"), ("a//b", "empty segment"), ("a/b*/c", "whole segments"), ("a/b c", "only letters")]
-        {
+        for (p, why) in [
+            ("", "empty"),
+            ("a//b", "empty segment"),
+            ("a/b**/c", "whole segment"),
+            ("a/b c", "only letters"),
+            ("a/[bc", "unclosed"),
+            ("a/[]", "empty character class"),
+            ("a/[!]", "empty character class"),
+            ("a/[z-a]", "backwards"),
+            ("a/[b c]", "only letters"),
+        ] {
             match parse_pattern(p) {
                 Err(RegistryError::InvalidPattern { why: w, .. }) => assert!(w.contains(why), "{p}: {w}"),
                 other => panic!("{p}: {other:?}"),

@@ -45,8 +45,30 @@ async fn patterns_match_segments_depths_and_characters() {
     assert_eq!(find("**").len(), 6);
     assert!(find("fleet/sensors").is_empty(), "an inner node is not a name");
     assert_eq!(names(&find("fleet")), ["fleet"]);
+    assert_eq!(names(&find("fleet/sensors/1*")), ["fleet/sensors/1", "fleet/sensors/10"], "`*` inside a segment");
+    assert_eq!(names(&find("fl*/*/1")), ["fleet/pumps/1", "fleet/sensors/1"]);
+    assert_eq!(names(&find("*/s*s/1")), ["fleet/sensors/1", "lab/sensors/1"]);
+    assert_eq!(names(&find("fleet/[ps]*/1")), ["fleet/pumps/1", "fleet/sensors/1"]);
+    assert_eq!(names(&find("fleet/[!p]*/?")), ["fleet/sensors/1", "fleet/sensors/2"]);
+    assert_eq!(names(&find("**/[0-1]*")), ["fleet/pumps/1", "fleet/sensors/1", "fleet/sensors/10", "lab/sensors/1"]);
+    assert!(find("fleet/sensors/1*x").is_empty());
     assert_eq!(reg.lookup("fleet/pumps/1").unwrap().id(), "fleet/pumps/1");
     assert!(reg.lookup("fleet/pumps").is_none());
+}
+
+#[tokio::test]
+async fn results_come_in_tree_order_once_each() {
+    let reg = Registry::new();
+    let c = cell().await;
+    for n in ["a-c", "a/b", "a/b/c", "a", "0/1", "1", "a/1"] {
+        reg.bind(n, ChildRef::unsupervised(n, c.clone())).unwrap();
+    }
+    let find = |p: &str| reg.find(p).unwrap();
+    assert_eq!(names(&find("a*")), ["a", "a-c"]);
+    assert_eq!(names(&find("a*/*")), ["a/1", "a/b"]);
+    assert_eq!(names(&find("**")), ["0/1", "1", "a", "a/1", "a/b", "a/b/c", "a-c"], "a name's subtree follows it");
+    assert_eq!(names(&find("**/1")), ["0/1", "1", "a/1"]);
+    assert_eq!(names(&find("**/**/c")), ["a/b/c"], "reached by several ways, listed once");
 }
 
 #[tokio::test]
@@ -57,7 +79,7 @@ async fn invalid_names_and_patterns_are_refused_with_the_reason() {
         let err = reg.bind(bad, ChildRef::unsupervised("x", c.clone())).unwrap_err();
         assert!(matches!(err, RegistryError::InvalidName { .. }), "{bad}: {err}");
     }
-    for bad in ["", "a//b", "a/b*", "**x", "a/b c"] {
+    for bad in ["", "a//b", "a/b**", "**x", "a/b c", "a/[b", "a/[]"] {
         let err = reg.find(bad).unwrap_err();
         assert!(matches!(err, RegistryError::InvalidPattern { .. }), "{bad}: {err}");
     }
@@ -101,6 +123,12 @@ async fn a_pattern_lookup_over_100000_names_visits_only_its_subtree() {
     let (found, visits) = reg.find_counting("fleet/g4?/s7").unwrap();
     assert_eq!(names(&found).len(), 10);
     assert!(visits < 250, "visited {visits} index nodes");
+    let (found, visits) = reg.find_counting("fleet/g42/s1*").unwrap();
+    assert_eq!(found.len(), 111, "s1, s10-s19, s100-s199");
+    assert!(visits < 250, "visited {visits} index nodes for 111 matches");
+    let (found, visits) = reg.find_counting("fleet/g42/s[2-3]?").unwrap();
+    assert_eq!(found.len(), 20);
+    assert!(visits < 1500, "visited {visits} index nodes: only g42's names of length 3");
     let (found, _) = reg.find_counting("fleet/**/s999").unwrap();
     assert_eq!(found.len(), 100);
 }
