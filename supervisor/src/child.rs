@@ -166,6 +166,11 @@ impl GpuChild {
         if !dynamic_args.is_empty() {
             return dynamic_args.to_vec();
         }
+        self.init_bytes(attempt)
+    }
+
+    /// The init bytes start number `attempt` hands the behaviour (the first start is attempt 1).
+    pub fn init_bytes(&self, attempt: u32) -> Vec<u8> {
         match &self.init {
             GpuInit::Fixed(b) => b.clone(),
             GpuInit::PerAttempt(f) => f(attempt),

@@ -166,6 +166,108 @@ fn malformed_toml_and_wrong_types_are_located() {
 }
 
 #[test]
+fn a_template_declares_many_children_with_typed_init() {
+    let spec = loader()
+        .load_str(
+            r#"
+[supervisor]
+[[supervisor.children]]
+id = "head"
+gpu = "echo"
+
+[[supervisor.children]]
+count = 50
+id = "limiter-{i}"
+gpu = "counter"
+name = "limiter/client-{i}"
+init = [{ u32 = 10 }, { u16 = "{i}" }, { f64 = 0.25 }, { bytes = "c{i}" }]
+restart = "transient"
+
+[[supervisor.children]]
+id = "tail"
+gpu = "echo"
+"#,
+        )
+        .unwrap();
+    assert_eq!(spec.children.len(), 52);
+    assert_eq!((spec.children[0].id.as_str(), spec.children[51].id.as_str()), ("head", "tail"));
+    for i in 0..50u16 {
+        let child = &spec.children[1 + i as usize];
+        assert_eq!(child.id, format!("limiter-{i}"));
+        assert_eq!(child.name.as_deref(), Some(format!("limiter/client-{i}").as_str()));
+        assert_eq!(child.restart, Restart::Transient);
+        let ChildStart::Gpu(gpu) = &child.start else { panic!("{} is not a GPU child", child.id) };
+        // struct { uint32_t capacity; uint16_t index; double rate; char tag[]; }: rate at 8.
+        let mut want = 10u32.to_le_bytes().to_vec();
+        want.extend(i.to_le_bytes());
+        want.extend([0, 0]);
+        want.extend(0.25f64.to_le_bytes());
+        want.extend(format!("c{i}").bytes());
+        assert_eq!(gpu.init_bytes(1), want, "init of {}", child.id);
+    }
+}
+
+#[test]
+fn template_mistakes_are_located_at_the_entry_and_index() {
+    let errs = errors(
+        r#"
+[supervisor]
+[[supervisor.children]]
+id = "a"
+gpu = "echo"
+name = "w/3"
+
+[[supervisor.children]]
+count = 5
+id = "w{i}"
+gpu = "echo"
+name = "w/{i}"
+
+[[supervisor.children]]
+count = 3
+id = "same"
+gpu = "echo"
+
+[[supervisor.children]]
+count = 4
+id = "x{i}"
+gpu = "echo"
+init = [{ u8 = "{i}00" }]
+
+[[supervisor.children]]
+id = "lost-{i}"
+gpu = "echo"
+
+[[supervisor.children]]
+count = 0
+first = -1
+id = "z{i}"
+gpu = "echo"
+
+[[supervisor.children]]
+first = 2
+id = "y"
+gpu = "echo"
+
+[[supervisor.children]]
+count = 2
+id = "big{i}"
+gpu = "echo"
+init = [{ zeros = 97 }]
+"#,
+    );
+    has(&errs, r#"supervisor.children[1][i=3].name: "w/3" is also the name of supervisor.children[0]"#);
+    has(&errs, "supervisor.children[2].id: a template of 3 children needs `{i}` in its id (each must differ)");
+    has(&errs, "supervisor.children[3][i=3].init[0].u8: 300 does not fit u8 (0 to 255)");
+    has(&errs, "supervisor.children[4].id: `{i}` outside a template (add `count = N`)");
+    has(&errs, "supervisor.children[5].count: must be at least 1, found 0");
+    has(&errs, "supervisor.children[5].first: must be at least 0, found -1");
+    has(&errs, "supervisor.children[6].first: `first` belongs to a template: add `count`");
+    has(&errs, "supervisor.children[7][i=0].init: 97 bytes, the most a create carries is 96");
+    assert_eq!(errs.len(), 8, "each problem once, not once per instance:\n{}", errs.join("\n"));
+}
+
+#[test]
 fn actors_resolve_through_the_loader() {
     let text = "[supervisor]\n[[supervisor.children]]\nid = \"c\"\nactor = \"cache\"\n";
     let errs = errors(text);

@@ -12,12 +12,23 @@
 //! id = "counter"
 //! gpu = "counter"               # a GPU child running this behaviour (or `actor = "..."`, or a
 //!                               # `[supervisor.children.supervisor]` table for a nested supervisor)
-//! init = [0, 0, 0, 0]           # init bytes (optional)
+//! init = [{ u32 = 0 }]          # init: bytes, or typed values laid out as a C struct (optional)
 //! restart = "permanent"         # transient, temporary
 //! shutdown = 5000               # milliseconds, or "brutal_kill", or "infinity"
 //! name = "fleet/counters/main"  # registry name (optional)
 //! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
+//!
+//! [[supervisor.children]]       # a template: 50 children, `{i}` = 0 to 49 in their strings
+//! count = 50                    # (and `first = 1` to count from 1)
+//! id = "limiter-{i}"
+//! gpu = "token_bucket"
+//! name = "limiter/client-{i}"
+//! init = [{ u32 = 10 }, { u32 = "{i}" }, { f64 = 0.5 }]
 //! ```
+//!
+//! `init` items are bytes (`0` to `255`) or one-key tables: `u8` ... `u64`, `i8` ... `i64`, `f32`, `f64`
+//! (little-endian, each at a multiple of its size, as in a C struct with those fields in that order),
+//! `bytes` (a string or an array of bytes) and `zeros` (that many zero bytes).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -25,12 +36,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ringvisor_device::layout::RV_INIT_BYTES;
 use toml::Value;
 
 use crate::child::{ActorFactory, GpuChild};
 use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
 use crate::spec::*;
 use crate::validate::check_tree;
+
+mod init_values;
+mod template;
+
+use template::{SourcePaths, INDEX, MAX_COUNT};
 
 /// One problem in a spec, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,12 +122,12 @@ impl SpecLoader {
             let at = e.span().map(|s| line_col(text, s.start)).unwrap_or_default();
             SpecErrors(vec![SpecError { path: format!("<toml>{at}"), message }])
         })?;
-        let mut w = Walker { loader: self, errors: Vec::new() };
+        let mut w = Walker { loader: self, errors: Vec::new(), sources: SourcePaths::default() };
         for key in doc.keys().filter(|k| *k != "supervisor") {
             w.err(key, "unknown top-level key (expected `supervisor`)");
         }
         let spec = match doc.get("supervisor") {
-            Some(v) => w.supervisor(v, "supervisor"),
+            Some(v) => w.supervisor(v, "supervisor", "supervisor"),
             None => {
                 w.err("supervisor", "missing table");
                 None
@@ -120,7 +137,12 @@ impl SpecLoader {
         if let Some(spec) = &spec {
             let mut problems = Vec::new();
             check_tree(spec, "supervisor", &mut problems);
-            errors.extend(problems.into_iter().map(split_problem));
+            errors.extend(problems.into_iter().map(|p| {
+                let SpecError { path, message } = split_problem(p);
+                let (path, message) =
+                    (w.sources.rewrite(&path, "supervisor"), w.sources.rewrite(&message, "supervisor"));
+                SpecError { path, message }
+            }));
         }
         match spec {
             Some(spec) if errors.is_empty() => Ok(spec),
@@ -162,9 +184,22 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// What a `[[children]]` entry declares.
+enum Template {
+    /// One child: not a template.
+    None,
+    /// A template with problems (reported).
+    Broken,
+    /// A template of one child per index.
+    Indices(std::ops::Range<i64>),
+}
+
+/// Walks the TOML tree. `path` arguments are where a value is in the TOML (what errors name); `expanded`
+/// arguments are where its spec lands once templates are expanded (what validation will name).
 struct Walker<'a> {
     loader: &'a SpecLoader,
     errors: Vec<SpecError>,
+    sources: SourcePaths,
 }
 
 impl Walker<'_> {
@@ -238,7 +273,7 @@ impl Walker<'_> {
         }
     }
 
-    fn supervisor(&mut self, v: &Value, path: &str) -> Option<SupervisorSpec> {
+    fn supervisor(&mut self, v: &Value, path: &str, expanded: &str) -> Option<SupervisorSpec> {
         let t = self.table(v, path)?;
         self.unknown_keys(t, path, &["strategy", "intensity", "period", "auto_shutdown", "children"]);
         let strategy = if t.contains_key("strategy") {
@@ -291,10 +326,7 @@ impl Walker<'_> {
             None => {}
             Some(Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    let child_path = format!("{path}.children[{i}]");
-                    // An unusable child keeps its place (as a placeholder) so later paths stay right.
-                    let child = self.child(item, &child_path).unwrap_or_else(|| placeholder(&child_path));
-                    spec.children.push(child);
+                    self.children_of_entry(item, &format!("{path}.children[{i}]"), expanded, &mut spec.children);
                 }
             }
             Some(other) => self
@@ -304,7 +336,73 @@ impl Walker<'_> {
         Some(spec)
     }
 
-    fn child(&mut self, v: &Value, path: &str) -> Option<ChildSpec> {
+    /// Appends the children one `[[children]]` entry declares: itself, or each instance of a template.
+    fn children_of_entry(&mut self, item: &Value, path: &str, parent: &str, children: &mut Vec<ChildSpec>) {
+        let mut push = |w: &mut Self, value: &Value, source: &str| {
+            let expanded = format!("{parent}.children[{}]", children.len());
+            w.sources.record(&expanded, source);
+            // An unusable child keeps its place (as a placeholder) so later paths stay right.
+            let child = w.child(value, source, &expanded);
+            let ok = child.is_some();
+            children.push(child.unwrap_or_else(|| placeholder(source)));
+            ok
+        };
+        let indices = match self.template(item, path) {
+            Template::None => {
+                push(self, item, path);
+                return;
+            }
+            // Loaded once, as its first child would be, so its other problems are reported too.
+            Template::Broken => {
+                push(self, &template::instance(item, 0), path);
+                return;
+            }
+            Template::Indices(indices) => indices,
+        };
+        for i in indices {
+            let errors = self.errors.len();
+            let ok = push(self, &template::instance(item, i), &format!("{path}[i={i}]"));
+            if !ok || self.errors.len() > errors {
+                return; // the other instances would repeat the same problems
+            }
+        }
+    }
+
+    /// Whether an entry is a template, and which indices it declares (its problems reported).
+    fn template(&mut self, item: &Value, path: &str) -> Template {
+        let Some(t) = item.as_table() else { return Template::None };
+        if !t.contains_key("count") {
+            if t.contains_key("first") {
+                self.err(&format!("{path}.first"), "`first` belongs to a template: add `count`");
+            }
+            return Template::None;
+        }
+        let errors = self.errors.len();
+        let count = self.integer(t, "count", path, 1).unwrap_or(0);
+        let first = if t.contains_key("first") { self.integer(t, "first", path, 0).unwrap_or(0) } else { 0 };
+        if count > MAX_COUNT {
+            self.err(&format!("{path}.count"), format!("at most {MAX_COUNT} children per template, found {count}"));
+        }
+        if count > 1 {
+            for key in ["id", "name"] {
+                if t.get(key).and_then(Value::as_str).is_some_and(|s| !s.contains(INDEX)) {
+                    self.err(
+                        &format!("{path}.{key}"),
+                        format!("a template of {count} children needs `{INDEX}` in its {key} (each must differ)"),
+                    );
+                }
+            }
+            if t.contains_key("slot") {
+                self.err(&format!("{path}.slot"), "a template of several children cannot pin them all to one slot");
+            }
+        }
+        if self.errors.len() > errors {
+            return Template::Broken;
+        }
+        Template::Indices(first..first + count)
+    }
+
+    fn child(&mut self, v: &Value, path: &str, expanded: &str) -> Option<ChildSpec> {
         let t = self.table(v, path)?;
         self.unknown_keys(
             t,
@@ -321,8 +419,15 @@ impl Walker<'_> {
                 "significant",
                 "name",
                 "backoff",
+                "count",
+                "first",
             ],
         );
+        for key in ["id", "name"] {
+            if t.get(key).and_then(Value::as_str).is_some_and(|s| s.contains(INDEX)) {
+                self.err(&format!("{path}.{key}"), format!("`{INDEX}` outside a template (add `count = N`)"));
+            }
+        }
         let id = match self.string(t, "id", path) {
             Some(id) => id.to_string(),
             None => {
@@ -351,7 +456,7 @@ impl Walker<'_> {
                 }
                 let mut gpu = GpuChild::new(behaviour);
                 if let Some(init) = t.get("init") {
-                    gpu = gpu.init(self.bytes(init, &format!("{path}.init"))?);
+                    gpu = gpu.init(self.init(init, &format!("{path}.init"))?);
                 }
                 if t.contains_key("slot") {
                     let slot = self.integer(t, "slot", path, 0)?;
@@ -380,7 +485,11 @@ impl Walker<'_> {
                 }
             }
             _ => {
-                let nested = self.supervisor(&t["supervisor"], &format!("{path}.supervisor"))?;
+                let nested = self.supervisor(
+                    &t["supervisor"],
+                    &format!("{path}.supervisor"),
+                    &format!("{expanded}.supervisor"),
+                )?;
                 ChildSpec::supervisor(id, nested)
             }
         };
@@ -429,22 +538,18 @@ impl Walker<'_> {
         Some(spec)
     }
 
-    fn bytes(&mut self, v: &Value, path: &str) -> Option<Vec<u8>> {
-        let Value::Array(items) = v else {
-            self.err(path, format!("expected an array of bytes, found {}", type_name(v)));
-            return None;
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            match item {
-                Value::Integer(n) if (0..=255).contains(n) => out.push(*n as u8),
-                other => {
-                    self.err(&format!("{path}[{i}]"), format!("expected a byte (0 to 255), found {other}"));
-                    return None;
-                }
+    fn init(&mut self, v: &Value, path: &str) -> Option<Vec<u8>> {
+        match init_values::encode(v) {
+            Ok(bytes) if bytes.len() <= RV_INIT_BYTES as usize => Some(bytes),
+            Ok(bytes) => {
+                self.err(path, format!("{} bytes, the most a create carries is {RV_INIT_BYTES}", bytes.len()));
+                None
+            }
+            Err((at, message)) => {
+                self.err(&format!("{path}{at}"), message);
+                None
             }
         }
-        Some(out)
     }
 
     fn backoff(&mut self, v: &Value, path: &str) -> Option<Backoff> {
