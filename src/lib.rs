@@ -24,15 +24,17 @@ mod runtime;
 
 pub use ringvisor_device as device;
 pub use ringvisor_supervisor as supervisor;
-pub use runtime::{Runtime, RuntimeBuilder, RuntimeError, DEVICE_CHILD, TOP_SUPERVISOR};
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeEnd, RuntimeError, DEVICE_CHILD, TOP_SUPERVISOR};
 
-/// The names most programs need.
+/// The names most programs need: building and starting a tree, talking to its actors, watching it, and
+/// breaking it on purpose in tests.
 pub mod prelude {
-    pub use crate::device::{DeviceConfig, Fault, Reply};
+    pub use crate::device::{BehaviourSet, DeviceConfig, Fault, Reply, UserBehaviour};
+    pub use crate::faults::InjectedFault;
     pub use crate::supervisor::{
-        AutoShutdown, Backoff, ChildSpec, ChildStatus, GpuActorRef, GpuChild, Restart, Shutdown, SpecLoader, Strategy,
-        SupervisorSpec,
+        AutoShutdown, Backoff, ChildRef, ChildSpec, ChildStatus, DeadLetter, DeadLetterReason, ExitReason, GpuActorRef,
+        GpuChild, Restart, SendError, Shutdown, SpecLoader, Strategy, SupervisorSpec, TreeEvent,
     };
-    pub use crate::{Runtime, RuntimeError};
+    pub use crate::{Runtime, RuntimeEnd, RuntimeError};
     pub use std::time::Duration;
 }

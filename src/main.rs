@@ -24,8 +24,8 @@ use ringvisor::app::monitor::Monitor;
 use ringvisor::app::report::{self, Output};
 use ringvisor::device::{BehaviourSet, DeviceConfig};
 use ringvisor::faults::InjectedFault;
-use ringvisor::supervisor::SpecLoader;
-use ringvisor::Runtime;
+use ringvisor::supervisor::{ExitReason, SpecLoader};
+use ringvisor::{Runtime, RuntimeEnd};
 use tokio::sync::Notify;
 
 #[derive(Parser)]
@@ -221,7 +221,7 @@ async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str,
         if until.is_some_and(|u| Instant::now() >= u) {
             break Stopped::Duration;
         }
-        if !rt.top().is_alive() {
+        if !rt.is_running() {
             break Stopped::TreeEnded;
         }
         let snap = monitor.sample(rt).await;
@@ -311,14 +311,30 @@ async fn run(tree: PathBuf, duration: Option<Duration>, slots: u32, output: Outp
     let rt = start_tree(&tree, slots).await?;
     let mut monitor = Monitor::new(&rt);
     let title = format!("ringvisor run {}", tree.display());
-    watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
+    let stopped = watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
     print_events(&mut monitor, output);
     tree_summary(&mut monitor, &rt, output);
+    let code = if stopped == Stopped::TreeEnded { tree_ended(&rt, output).await } else { ExitCode::SUCCESS };
     rt.shutdown().await;
-    if output != Output::Json {
+    if output != Output::Json && code == ExitCode::SUCCESS {
         println!("stopped in order");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
+}
+
+/// Says why the tree ended by itself; a failure status unless its root exited normally.
+async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
+    let end = rt.wait().await;
+    match output {
+        Output::Json => println!("{}", serde_json::json!({ "type": "end", "why": end.to_string() })),
+        _ => println!("the tree ended: {end}"),
+    }
+    match end {
+        RuntimeEnd::RootEnded { gave_up: false, reason: ExitReason::Normal | ExitReason::Shutdown } => {
+            ExitCode::SUCCESS
+        }
+        _ => ExitCode::FAILURE,
+    }
 }
 
 async fn chaos(

@@ -246,7 +246,9 @@ async fn a_device_that_keeps_dying_makes_the_runtime_give_up(on: On) {
     assert_eq!(total(&rt.gpu("app/a").unwrap(), 1).await.unwrap(), 1, "the tree is back");
     // The second loss within the period exceeds the top supervisor's intensity (1): it shuts down.
     rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap();
-    tokio::time::timeout(T, rt.top().wait()).await.expect("the runtime gave up");
+    let end = tokio::time::timeout(T, rt.wait()).await.expect("the runtime gave up");
+    assert_eq!(end, RuntimeEnd::DeviceGaveUp);
+    assert!(!rt.is_running());
     assert!(rt.gpu("app/a").is_none(), "names are released");
 }
 

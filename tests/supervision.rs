@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use ringvisor::device::{DeviceConfig, SlotState};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
+use ringvisor::TOP_SUPERVISOR;
 
 const T: Duration = Duration::from_secs(10);
 const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
@@ -50,7 +51,8 @@ async fn a_device_init_failure_is_a_start_error_with_the_device_reason() {
     let spec = SupervisorSpec::new(Strategy::OneForOne).child(ChildSpec::gpu("bad", GpuChild::new("test").init(init)));
     let err = Runtime::start(config(), spec).await.err().expect("start fails");
     let text = err.to_string();
-    assert!(text.contains("child `bad` failed to start") && text.contains("1234"), "{text}");
+    assert!(text.starts_with("supervisor: child `bad` failed to start") && text.contains("1234"), "{text}");
+    assert!(!text.contains(TOP_SUPERVISOR) && !text.contains("`root`"), "names the user's child only: {text}");
     assert!(!text.contains("panicked"), "{text}");
 }
 
@@ -337,5 +339,30 @@ async fn an_actor_idle_longer_than_its_watchdog_bound_is_not_hung_when_work_arri
     while let Ok(event) = events.try_recv() {
         assert!(!matches!(event, TreeEvent::ChildExited { .. }), "no exit expected: {event:?}");
     }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_that_gives_up_ends_the_runtime_and_wait_says_why() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(1, Duration::from_secs(60)).child(counter("c"));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    assert!(rt.is_running());
+    let handle = rt.gpu("app/c").unwrap();
+    // The first crash is within the intensity (1 restart); the second is one too many.
+    for crash in 1..=2 {
+        assert!(rt.is_running(), "still running before crash {crash}");
+        handle.child().wait_running(T).await;
+        rt.device().inject(handle.slot(), Fault::CrashNextMessage).unwrap();
+        handle.send(&1i64.to_le_bytes()).unwrap();
+        if crash == 1 {
+            eventually("the restart", || rt.device().host_view(handle.slot()).unwrap().0 == 2).await;
+        }
+    }
+    let end = tokio::time::timeout(T, rt.wait()).await.expect("the runtime ends");
+    assert_eq!(end, RuntimeEnd::RootEnded { gave_up: true, reason: ExitReason::Shutdown });
+    assert!(end.to_string().contains("gave up"), "{end}");
+    assert!(!rt.is_running());
+    assert_eq!(rt.wait().await, end, "asking again gives the same answer at once");
+    assert!(matches!(handle.send(&1i64.to_le_bytes()), Err(SendError::Gone { .. })));
     rt.shutdown().await;
 }

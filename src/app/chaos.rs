@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringvisor_supervisor::{DeadLetterStats, RunState, Services};
+use ringvisor_supervisor::{DeadLetterStats, Rounded, RunState, Services};
 
 use super::monitor::Monitor;
 use crate::faults::{ChaosSchedule, FaultInjector, InjectedFault};
@@ -98,7 +98,7 @@ impl ChaosSummary {
         t += &format!("| restarts | {} |\n| escalations | {} |\n", self.restarts, self.escalations);
         t += &format!("| dead letters | {} |\n", self.dead_letters);
         match self.converged {
-            Some(d) => t += &format!("| every child running again after the last fault | {d:?} |\n"),
+            Some(d) => t += &format!("| every child running again after the last fault | {} |\n", Rounded(d)),
             None => t += &format!("| not running at the bound | {} |\n", self.not_running.join(", ")),
         }
         t

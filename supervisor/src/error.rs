@@ -52,6 +52,32 @@ pub enum SupervisorError {
     Registry(#[from] RegistryError),
 }
 
+impl SupervisorError {
+    /// A start failure reported up through the supervisors `through` (outermost first: each one's reason is
+    /// the next one's failure), as the failure of the child below them; any other error unchanged. The
+    /// runtime uses it so that a start error names the user's child, not its own supervisors.
+    pub fn below(self, through: &[&str]) -> Self {
+        let mut err = self;
+        for supervisor in through {
+            match err {
+                SupervisorError::StartFailed { id, reason } if id == *supervisor => match parse_start_failed(&reason) {
+                    Some(inner) => err = inner,
+                    None => return SupervisorError::StartFailed { id, reason },
+                },
+                other => return other,
+            }
+        }
+        err
+    }
+}
+
+/// The inverse of `StartFailed`'s message.
+fn parse_start_failed(text: &str) -> Option<SupervisorError> {
+    let rest = text.strip_prefix("child `")?;
+    let (id, reason) = rest.split_once("` failed to start: ")?;
+    Some(SupervisorError::StartFailed { id: id.to_string(), reason: reason.to_string() })
+}
+
 /// Errors of sending through a stable handle.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -105,4 +131,20 @@ pub enum RegistryError {
     /// Another child holds the name.
     #[error("name `{0}` is already bound to another actor")]
     Taken(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_failure_is_named_below_the_given_supervisors() {
+        let failed = |id: &str, reason: &str| SupervisorError::StartFailed { id: id.into(), reason: reason.into() };
+        let nested = failed("top", &failed("root", &failed("c", "device said no: `x`").to_string()).to_string());
+        assert_eq!(nested.clone().below(&["top", "root"]), failed("c", "device said no: `x`"));
+        assert_eq!(nested.clone().below(&["top"]), failed("root", &failed("c", "device said no: `x`").to_string()));
+        assert_eq!(nested.clone().below(&["other"]), nested, "not through those supervisors: unchanged");
+        assert_eq!(failed("top", "spawn failed").below(&["top", "root"]), failed("top", "spawn failed"));
+        assert_eq!(SupervisorError::NoProc.below(&["top"]), SupervisorError::NoProc);
+    }
 }

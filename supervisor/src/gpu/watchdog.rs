@@ -21,6 +21,7 @@ use ractor::ActorRef;
 use ringvisor_device::{Device, DeviceHealth, SlotState, UNRESPONSIVE_AFTER};
 
 use super::SlotMsg;
+use crate::rounded::Rounded;
 use crate::sync::lock;
 
 /// Longest time between two looks at the same slot (a child's timeout / 4 is used when shorter).
@@ -164,8 +165,9 @@ impl Watched {
         let stale = now.duration_since(self.since);
         (stale >= self.timeout).then(|| {
             format!(
-                "GPU actor `{}` (slot {slot}) hung: heartbeat stale for {stale:?} with {pending} messages pending",
-                self.child
+                "GPU actor `{}` (slot {slot}) hung: heartbeat stale for {} with {pending} messages pending",
+                self.child,
+                Rounded(stale)
             )
         })
     }

@@ -3,6 +3,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+mod end;
+
+pub use end::RuntimeEnd;
+
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
 use ringvisor_device::{Device, DeviceConfig, DeviceError, DeviceHealth};
 use ringvisor_supervisor::{
@@ -94,17 +98,19 @@ impl RuntimeBuilder {
                     .significant(true)
                     .shutdown(Shutdown::Infinity),
             );
+        let events = services.events().subscribe();
         let started = async {
             let top = SupervisorRef::start(TOP_SUPERVISOR, top, services.clone()).await?;
+            let end = end::watch_end(events, top.clone(), self.root_id.clone());
             let root_child = top.child(&self.root_id).await?;
             let root = SupervisorRef::from_child(&root_child).ok_or(SupervisorError::NoProc)?;
-            Ok::<_, SupervisorError>(Runtime { services, top, root_child, first_root: root })
+            Ok::<_, SupervisorError>(Runtime { services, top, root_child, first_root: root, end })
         };
         match started.await {
             Ok(rt) => Ok(rt),
             Err(e) => {
                 device.shutdown();
-                Err(e.into())
+                Err(e.below(&[TOP_SUPERVISOR, &self.root_id]).into())
             }
         }
     }
@@ -124,6 +130,7 @@ pub struct Runtime {
     top: SupervisorRef,
     root_child: ChildRef,
     first_root: SupervisorRef,
+    end: tokio::sync::watch::Receiver<Option<RuntimeEnd>>,
 }
 
 impl Runtime {
@@ -187,6 +194,21 @@ impl Runtime {
     /// Fault injection into this runtime's children (for tests).
     pub fn faults(&self) -> crate::faults::FaultInjector<'_> {
         crate::faults::FaultInjector::new(&self.services)
+    }
+
+    /// True while the tree runs (false once it has ended for any reason: see [`Runtime::wait`]).
+    pub fn is_running(&self) -> bool {
+        self.top.is_alive()
+    }
+
+    /// Waits until the tree stops running, and says why (at once if it already has). A tree stops when the
+    /// root supervisor gives up or exits, when the device fails more often than allowed, or when it is
+    /// shut down; afterwards handles answer `Gone`. Call [`Runtime::shutdown`] after it to release the device.
+    pub async fn wait(&self) -> RuntimeEnd {
+        let mut end = self.end.clone();
+        // The watching task is gone (an error) only when the tokio runtime itself is shutting down.
+        let known = end.wait_for(Option::is_some).await.ok().and_then(|end| end.clone());
+        known.unwrap_or(RuntimeEnd::Shutdown)
     }
 
     /// Stops the tree (children in reverse start order, shutdown specs honoured), then the device.
