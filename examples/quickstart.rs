@@ -11,7 +11,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let total: [i64; 2] = counter.call(&5i64.to_le_bytes(), Duration::from_secs(1)).await?.decode()?;
     println!("total after +5: {}", total[0]);
     let mut dead_letters = rt.dead_letters().subscribe();
-    rt.device().inject(counter.slot(), Fault::CrashNextMessage)?; // the next message crashes it
+    rt.device().inject(counter.slot(), SlotFault::CrashNextMessage)?; // the next message crashes it
     counter.send(&1i64.to_le_bytes())?; // ... this one: quarantined as a poison dead letter
     println!("dead letter: {:?}", dead_letters.recv().await.map(|l| l.reason));
     let again: [i64; 2] = counter.call(&7i64.to_le_bytes(), Duration::from_secs(5)).await?.decode()?;

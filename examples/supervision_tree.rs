@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // s2 crashes (the next message it gets fails it): s2 and s3 restart, s1 is untouched.
     let s2 = rt.gpu("fleet/sensors/s2").expect("registered");
-    rt.device().inject(s2.slot(), Fault::CrashNextMessage)?;
+    rt.device().inject(s2.slot(), SlotFault::CrashNextMessage)?;
     s2.send(b"reading")?;
     let mut restarted = Vec::new();
     while restarted.len() < 2 {

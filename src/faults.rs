@@ -17,10 +17,12 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use ringvisor_device::{DeviceError, DeviceFault, Fault};
+use ringvisor_device::{DeviceError, DeviceFault, SlotFault};
 use ringvisor_supervisor::{ChildRef, EventFault, RegistryError, Services};
 
-/// A fault to inject into one child.
+/// A fault aimed at supervised children by registry name or pattern, through
+/// [`Runtime::faults`](crate::Runtime::faults). (To aim one at a slot number through the device API, use
+/// [`SlotFault`](crate::device::SlotFault).)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InjectedFault {
     /// Device: the actor fails on the next message it processes (that message becomes a poison letter).
@@ -149,16 +151,16 @@ impl<'a> FaultInjector<'a> {
                 let Some(gpu) = child.gpu() else { return Ok(false) };
                 let device = gpu.device();
                 match fault {
-                    InjectedFault::Wedge => device.inject(gpu.slot(), Fault::Wedge)?,
-                    InjectedFault::CrashNextMessage => device.inject(gpu.slot(), Fault::CrashNextMessage)?,
-                    InjectedFault::CorruptNextEnvelope => device.inject(gpu.slot(), Fault::CorruptNextEnvelope)?,
+                    InjectedFault::Wedge => device.inject(gpu.slot(), SlotFault::Wedge)?,
+                    InjectedFault::CrashNextMessage => device.inject(gpu.slot(), SlotFault::CrashNextMessage)?,
+                    InjectedFault::CorruptNextEnvelope => device.inject(gpu.slot(), SlotFault::CorruptNextEnvelope)?,
                     InjectedFault::Hang(duration) => {
-                        device.inject(gpu.slot(), Fault::Stall)?;
+                        device.inject(gpu.slot(), SlotFault::Stall)?;
                         if let Some(d) = duration {
                             let (device, slot) = (device.clone(), gpu.slot());
                             std::thread::spawn(move || {
                                 std::thread::sleep(d);
-                                let _ = device.inject(slot, Fault::ClearStall);
+                                let _ = device.inject(slot, SlotFault::ClearStall);
                             });
                         }
                     }

@@ -89,10 +89,10 @@ fn churn_under_load_loses_and_duplicates_nothing(backend: Backend) {
             0 => device.restart(slot, "test", &[]).map(|p| p.wait_blocking(T).map(|_| ())),
             1 => device.kill(slot).map(|p| p.wait_blocking(T).map(|_| ())),
             2 => device.drain(slot).map(|p| p.wait_blocking(T).map(|_| ())),
-            3 => device.inject(slot, Fault::CrashNextMessage).map(Ok),
+            3 => device.inject(slot, SlotFault::CrashNextMessage).map(Ok),
             _ => {
                 let stall = rng.gen_bool(0.5);
-                device.inject(slot, if stall { Fault::Stall } else { Fault::ClearStall }).map(Ok)
+                device.inject(slot, if stall { SlotFault::Stall } else { SlotFault::ClearStall }).map(Ok)
             }
         };
         match outcome {
@@ -112,7 +112,7 @@ fn churn_under_load_loses_and_duplicates_nothing(backend: Backend) {
 
     // Let everything settle: clear stalls, revive, then drain every slot (which finishes all queued work).
     for s in 0..SLOTS {
-        device.inject(s, Fault::ClearStall).unwrap();
+        device.inject(s, SlotFault::ClearStall).unwrap();
         revive(&device, s);
     }
     for s in 0..SLOTS {

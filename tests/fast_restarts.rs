@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{DeviceConfig, EventKind, Fault, SlotEvent, SlotState, UndeliveredReason};
+use ringvisor::device::{DeviceConfig, EventKind, SlotEvent, SlotFault, SlotState, UndeliveredReason};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -98,7 +98,7 @@ async fn a_pipelined_one_for_all_restart_stops_gpu_siblings_together_and_reports
     let (g0, g1) = (rt.gpu("app/g0").unwrap(), rt.gpu("app/g1").unwrap());
     let (g3, g4) = (rt.gpu("app/g3").unwrap(), rt.gpu("app/g4").unwrap());
     // g4 cannot finish its drain while stalled with a message queued.
-    rt.device().inject(g4.slot(), Fault::Stall).unwrap();
+    rt.device().inject(g4.slot(), SlotFault::Stall).unwrap();
     g4.send(&1u32.to_le_bytes()).unwrap();
     let mut events = rt.services().events().subscribe();
     g0.send(&fail_msg()).unwrap();
@@ -110,7 +110,7 @@ async fn a_pipelined_one_for_all_restart_stops_gpu_siblings_together_and_reports
     assert_eq!(rt.device().host_view(g4.slot()).unwrap().1, SlotState::Draining, "g4 is still stopping");
     assert_eq!(stops.load(Ordering::SeqCst), 0, "h waits for the GPU children after it");
     assert_eq!(rt.device().host_view(g1.slot()).unwrap().1, SlotState::Active, "g1 waits for h");
-    rt.device().inject(g4.slot(), Fault::ClearStall).unwrap();
+    rt.device().inject(g4.slot(), SlotFault::ClearStall).unwrap();
 
     let got = trace(&mut events, 5).await;
     assert_eq!(got, ["-g0", "-g4", "-g3", "-h", "-g1", "+g0", "+g1", "+h", "+g3", "+g4"]);
@@ -202,12 +202,12 @@ async fn a_granted_restart_is_carried_out_by_block_0_and_reported_and_accounted_
     let device_events = rt.device().subscribe_slot(g.slot()).unwrap();
     let mut events = rt.services().events().subscribe();
     // Stalled, so the failing message and the three behind it are queued together.
-    rt.device().inject(g.slot(), Fault::Stall).unwrap();
+    rt.device().inject(g.slot(), SlotFault::Stall).unwrap();
     g.send(&fail_msg()).unwrap();
     for i in 0..3u32 {
         g.send(&[1u32.to_le_bytes(), i.to_le_bytes()].concat()).unwrap();
     }
-    rt.device().inject(g.slot(), Fault::ClearStall).unwrap();
+    rt.device().inject(g.slot(), SlotFault::ClearStall).unwrap();
 
     let seen = device_events_until(&device_events, EventKind::Restarted, generation + 1).await;
     let restarted = seen.last().unwrap();

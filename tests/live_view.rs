@@ -6,7 +6,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use ringvisor::app::live;
 use ringvisor::app::monitor::{ChildKind, Monitor};
-use ringvisor::device::Fault;
+use ringvisor::device::SlotFault;
 use ringvisor::prelude::*;
 use ringvisor::supervisor::RunState;
 
@@ -45,7 +45,7 @@ async fn the_live_view_shows_the_tree_restarts_dead_letters_and_events() {
     for _ in 0..20 {
         pump.call(&1i64.to_le_bytes(), T).await.unwrap();
     }
-    rt.device().inject(pump.slot(), Fault::CrashNextMessage).unwrap();
+    rt.device().inject(pump.slot(), SlotFault::CrashNextMessage).unwrap();
     assert!(pump.call(&1i64.to_le_bytes(), T).await.is_err(), "the crash");
     let deadline = Instant::now() + T;
     let snap = loop {

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use ringvisor::app::prometheus;
-use ringvisor::device::Fault;
+use ringvisor::device::SlotFault;
 use ringvisor::prelude::*;
 
 const T: Duration = Duration::from_secs(10);
@@ -34,7 +34,7 @@ async fn the_metrics_endpoint_serves_prometheus_text_on_loopback() {
     prometheus::serve(addr).unwrap();
     let rt = Runtime::start(DeviceConfig::default().slots(8), tree()).await.unwrap();
     let pump = rt.gpu("plant/pump").unwrap();
-    rt.device().inject(pump.slot(), Fault::CrashNextMessage).unwrap();
+    rt.device().inject(pump.slot(), SlotFault::CrashNextMessage).unwrap();
     let _ = pump.call(&1i64.to_le_bytes(), T).await;
     let deadline = Instant::now() + T;
     let body = loop {

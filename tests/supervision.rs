@@ -80,7 +80,7 @@ async fn a_handle_stays_valid_across_restarts_and_the_registry_rebinds() {
     let before = rt.registry().lookup("app/c").unwrap();
     assert_eq!(total(&handle, 5).await, 5);
     for round in 1..=3u32 {
-        rt.device().inject(handle.slot(), Fault::CrashNextMessage).unwrap();
+        rt.device().inject(handle.slot(), SlotFault::CrashNextMessage).unwrap();
         handle.send(&1i64.to_le_bytes()).unwrap();
         eventually("restart", || rt.device().host_view(handle.slot()).unwrap().0 == 1 + round).await;
         assert!(handle.child().wait_running(T).await);
@@ -308,7 +308,7 @@ async fn a_handle_sends_batches_through_restarts() {
     assert_eq!(b.send_batch(&deltas).unwrap(), 10);
     assert_eq!(total(&b, 0).await, 55);
     // While it restarts (a 200 ms backoff after a crash), a batch waits for the new incarnation.
-    rt.device().inject(b.slot(), Fault::CrashNextMessage).unwrap();
+    rt.device().inject(b.slot(), SlotFault::CrashNextMessage).unwrap();
     b.send(&1i64.to_le_bytes()).unwrap();
     eventually("restarting", || b.status() == ChildStatus::Restarting).await;
     assert_eq!(b.send_batch(&deltas[..4]).unwrap(), 4);
@@ -352,7 +352,7 @@ async fn a_root_that_gives_up_ends_the_runtime_and_wait_says_why() {
     for crash in 1..=2 {
         assert!(rt.is_running(), "still running before crash {crash}");
         handle.child().wait_running(T).await;
-        rt.device().inject(handle.slot(), Fault::CrashNextMessage).unwrap();
+        rt.device().inject(handle.slot(), SlotFault::CrashNextMessage).unwrap();
         handle.send(&1i64.to_le_bytes()).unwrap();
         if crash == 1 {
             eventually("the restart", || rt.device().host_view(handle.slot()).unwrap().0 == 2).await;

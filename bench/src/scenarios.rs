@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ringvisor::device::{Device, DeviceConfig, DeviceError, Fault};
+use ringvisor::device::{Device, DeviceConfig, DeviceError, SlotFault};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::{ChildRef, Registry, StartContext, TreeEvent};
 use tokio::runtime::Runtime as Tokio;
@@ -412,7 +412,7 @@ fn crashy(id: &str) -> ChildSpec {
 async fn crash(r: &ringvisor::Runtime, child: &ChildRef) {
     match child.gpu() {
         Some(g) => {
-            r.device().inject(g.slot(), Fault::CrashNextMessage).expect("inject");
+            r.device().inject(g.slot(), SlotFault::CrashNextMessage).expect("inject");
             g.send(&1i64.to_le_bytes()).expect("send");
         }
         None => {

@@ -37,10 +37,14 @@ pub use backend::cuda::{
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use device::{
-    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, Fault, PendingCommand,
+    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, SlotFault,
     SlotSnapshot, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
+
+/// The former name of [`SlotFault`].
+#[deprecated(since = "0.2.0", note = "renamed `SlotFault` (aimed at a slot; `InjectedFault` aims at a name)")]
+pub type Fault = SlotFault;
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{
     check_payload, decode_archived, encode_archived, pod_bytes, Endpoint, Envelope, Reply, PAYLOAD_BYTES,

@@ -76,14 +76,14 @@ where
 fn send_batch_writes_what_fits_in_order_and_checks_payloads_first() {
     let d = common::open_with(DeviceConfig::default().slots(2).inbox_capacity(8));
     d.create(0, "counter", &[]).unwrap().wait_blocking(common::T).unwrap();
-    d.inject(0, Fault::Stall).unwrap();
+    d.inject(0, SlotFault::Stall).unwrap();
     let deltas: Vec<[u8; 8]> = (1..=12i64).map(|v| v.to_le_bytes()).collect();
     assert_eq!(d.send_batch(0, &deltas).unwrap(), 8, "only what fits");
     assert!(matches!(d.send_batch(0, &deltas[8..]), Err(DeviceError::InboxFull { slot: 0 })));
     let too_big = [vec![0u8; 8], vec![0u8; 200]];
     assert!(matches!(d.send_batch(1, &too_big), Err(DeviceError::PayloadTooLarge { .. })));
     assert_eq!(d.send_batch::<&[u8]>(0, &[]).unwrap(), 0);
-    d.inject(0, Fault::ClearStall).unwrap();
+    d.inject(0, SlotFault::ClearStall).unwrap();
     let total: [i64; 2] = d.call(0, &0i64.to_le_bytes(), common::T).unwrap().decode().unwrap();
     assert_eq!(total, [36, 9], "1 + ... + 8 processed in order, then the call");
 }

@@ -32,7 +32,7 @@ fn host_refuses_bad_calls_before_writing_anything() {
     assert_eq!(d.create(0, "echo", &[0; 97]).unwrap_err(), DeviceError::PayloadTooLarge { len: 97, max: 96 });
     assert!(matches!(d.send(9, b"x"), Err(DeviceError::SlotOutOfRange { .. })));
     assert!(matches!(d.snapshot(9), Err(DeviceError::SlotOutOfRange { .. })));
-    assert!(matches!(d.inject(9, Fault::Stall), Err(DeviceError::SlotOutOfRange { .. })));
+    assert!(matches!(d.inject(9, SlotFault::Stall), Err(DeviceError::SlotOutOfRange { .. })));
     // a dormant slot has no actor to deliver to
     assert!(matches!(d.send(0, b"x"), Err(DeviceError::NotAccepting { slot: 0, state: SlotState::Dormant })));
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
@@ -46,7 +46,7 @@ fn host_refuses_bad_calls_before_writing_anything() {
 fn full_inbox_is_an_error_or_a_bounded_wait_never_a_drop() {
     let d = open_with(DeviceConfig::default().slots(1).inbox_capacity(4));
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::Stall).unwrap();
+    d.inject(0, SlotFault::Stall).unwrap();
     for _ in 0..4 {
         d.send(0, &1i64.to_le_bytes()).unwrap();
     }
@@ -59,7 +59,7 @@ fn full_inbox_is_an_error_or_a_bounded_wait_never_a_drop() {
     let d2 = d.clone();
     let waiter = std::thread::spawn(move || d2.send_timeout(0, &1i64.to_le_bytes(), T));
     std::thread::sleep(Duration::from_millis(20));
-    d.inject(0, Fault::ClearStall).unwrap();
+    d.inject(0, SlotFault::ClearStall).unwrap();
     waiter.join().unwrap().unwrap();
     eventually("all five processed", || d.snapshot(0).unwrap().messages_processed == 5);
     assert_eq!(d.stats().messages_sent, 5);

@@ -93,7 +93,7 @@ fn a_device_without_lost_after_is_never_declared_lost() {
 fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     let d = counter_device(3, Some(Duration::from_secs(30)));
     let events = d.subscribe_slot(1).unwrap();
-    d.inject(1, Fault::Wedge).unwrap();
+    d.inject(1, SlotFault::Wedge).unwrap();
     let queued: Vec<u64> = (0..4).map(|_| d.send(1, &1i64.to_le_bytes()).unwrap()).collect();
     let kill = d.kill(1).unwrap();
     std::thread::sleep(Duration::from_millis(200));

@@ -50,7 +50,7 @@ fn kv_store_put_get_delete() {
 fn kill_hands_back_unconsumed_messages_and_rejects_new_ones() {
     let d = open(2);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::Stall).unwrap(); // the actor makes no progress: messages stay queued
+    d.inject(0, SlotFault::Stall).unwrap(); // the actor makes no progress: messages stay queued
     let ids: Vec<u64> = (0..5).map(|i| d.send(0, &(i as i64).to_le_bytes()).unwrap()).collect();
     let e = d.kill(0).unwrap().wait_blocking(T).unwrap();
     assert_eq!((e.event.kind, e.event.state), (EventKind::Killed, SlotState::Terminated));
@@ -60,7 +60,7 @@ fn kill_hands_back_unconsumed_messages_and_rejects_new_ones() {
     assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { slot: 0, .. })));
     assert_eq!(d.stats().undelivered_left_in_inbox, 5);
     // a terminated slot can be created again; it does not see the old messages
-    d.inject(0, Fault::ClearStall).unwrap();
+    d.inject(0, SlotFault::ClearStall).unwrap();
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
     assert_eq!(i64_of(&d.call(0, &3i64.to_le_bytes(), T).unwrap()), 3);
 }
@@ -69,10 +69,10 @@ fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
     let d = open(2);
     let events = d.subscribe_slot(1).unwrap();
     d.create(1, "test", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(1, Fault::Stall).unwrap();
+    d.inject(1, SlotFault::Stall).unwrap();
     let poison = d.send(1, &POISON.to_le_bytes()).unwrap();
     let after: Vec<u64> = (0..3).map(|_| d.send(1, &test_msg(1, 0, 0)).unwrap()).collect();
-    d.inject(1, Fault::ClearStall).unwrap();
+    d.inject(1, SlotFault::ClearStall).unwrap();
     let failed = next_event(&events, EventKind::Failed);
     assert_eq!(failed.event.code, Some(DeviceCode::Poison));
     assert_eq!(failed.event.state, SlotState::Failed);
@@ -96,7 +96,7 @@ fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
 fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
     let d = open(1);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::Stall).unwrap();
+    d.inject(0, SlotFault::Stall).unwrap();
     let before: Vec<u64> = (0..4).map(|_| d.send(0, &1i64.to_le_bytes()).unwrap()).collect();
     let commands = d.stats().commands_processed;
     let pending = d.restart(0, "counter", &[]).unwrap();
@@ -105,7 +105,7 @@ fn restart_of_a_running_actor_keeps_messages_sent_after_it() {
     // The stall ends only once block 0 has asked the actor to stop (an actor acknowledges that even while
     // stalled): otherwise the unstalled actor may rightly process the queued messages first, as a GPU does.
     eventually("block 0 carried out the restart command", || d.stats().commands_processed > commands);
-    d.inject(0, Fault::ClearStall).unwrap();
+    d.inject(0, SlotFault::ClearStall).unwrap();
     let r = pending.wait_blocking(T).unwrap();
     let back: Vec<u64> = r.undelivered.iter().map(|u| u.envelope.correlation).collect();
     assert_eq!(back, before);
@@ -132,7 +132,7 @@ fn drain_processes_everything_then_terminates() {
 fn resume_cancels_a_drain() {
     let d = open(1);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::Stall).unwrap(); // keeps the drain from finishing
+    d.inject(0, SlotFault::Stall).unwrap(); // keeps the drain from finishing
     d.send(0, &1i64.to_le_bytes()).unwrap();
     let e = d.drain(0).unwrap().wait_blocking(T);
     // the stalled actor still acknowledges requests at its message boundary
@@ -140,7 +140,7 @@ fn resume_cancels_a_drain() {
     assert!(matches!(d.send(0, &1i64.to_le_bytes()), Err(DeviceError::NotAccepting { .. })));
     let e = d.resume(0).unwrap().wait_blocking(T).unwrap();
     assert_eq!((e.event.kind, e.event.state), (EventKind::Resumed, SlotState::Active));
-    d.inject(0, Fault::ClearStall).unwrap();
+    d.inject(0, SlotFault::ClearStall).unwrap();
     assert_eq!(i64_of(&d.call(0, &1i64.to_le_bytes(), T).unwrap()), 2);
 }
 
@@ -148,7 +148,7 @@ fn injected_crash_fails_the_actor_on_its_next_message() {
     let d = open(1);
     let events = d.subscribe();
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::CrashNextMessage).unwrap();
+    d.inject(0, SlotFault::CrashNextMessage).unwrap();
     let err = d.call(0, b"hello", T).unwrap_err();
     assert_eq!(err, DeviceError::Undelivered { slot: 0, reason: UndeliveredReason::InFlightAtCrash });
     let f = next_event(&events, EventKind::Failed);
@@ -222,7 +222,7 @@ fn init_failure_is_a_create_error_and_leaves_the_slot_failed() {
 fn a_corrupted_envelope_is_answered_with_an_error_and_the_actor_keeps_running() {
     let d = open(2);
     d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
-    d.inject(0, Fault::CorruptNextEnvelope).unwrap();
+    d.inject(0, SlotFault::CorruptNextEnvelope).unwrap();
     let e = d.call(0, &5i64.to_le_bytes(), T).unwrap_err();
     assert!(matches!(e, DeviceError::ErrorReply { code: DeviceCode::BadEnvelope, .. }), "{e:?}");
     let snap = d.snapshot(0).unwrap();
@@ -272,10 +272,10 @@ fn a_granted_restart_runs_on_block_0_alone_and_hands_back_what_was_queued() {
     d.create(1, "test", &init).unwrap().wait_blocking(T).unwrap();
     let events = d.subscribe_slot(1).unwrap();
     d.set_restart_grant(1, true).unwrap();
-    d.inject(1, Fault::Stall).unwrap();
+    d.inject(1, SlotFault::Stall).unwrap();
     let fail = d.send(1, &test_msg(2, 0, 0)).unwrap();
     let queued: Vec<u64> = (0..3).map(|i| d.send(1, &test_msg(1, i, 0)).unwrap()).collect();
-    d.inject(1, Fault::ClearStall).unwrap();
+    d.inject(1, SlotFault::ClearStall).unwrap();
     let seen = events_until(&events, EventKind::Restarted);
     let (failed, restarted) = (&seen[0], seen.last().unwrap());
     assert_eq!(failed.event.kind, EventKind::Failed);
@@ -305,7 +305,7 @@ fn a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host() {
     d.set_restart_grant(0, false).unwrap();
     for slot in [0, 1] {
         let events = d.subscribe_slot(slot).unwrap();
-        d.inject(slot, Fault::CrashNextMessage).unwrap();
+        d.inject(slot, SlotFault::CrashNextMessage).unwrap();
         d.send(slot, &1i64.to_le_bytes()).unwrap();
         let seen = events_until(&events, EventKind::Failed);
         assert!(!seen.last().unwrap().event.restart_by_grant_follows(), "slot {slot}");
@@ -315,7 +315,7 @@ fn a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host() {
         assert_eq!((e.event.kind, e.event.generation, e.event.by_grant()), (EventKind::Restarted, 2, false));
     }
     // A grant is refused for a slot that is not Active: nothing to restart.
-    d.inject(1, Fault::CrashNextMessage).unwrap();
+    d.inject(1, SlotFault::CrashNextMessage).unwrap();
     let events = d.subscribe_slot(1).unwrap();
     d.send(1, &1i64.to_le_bytes()).unwrap();
     events_until(&events, EventKind::Failed);

@@ -1,5 +1,5 @@
 //! Faults injected through the shared region and carried out by the device code: one slot's
-//! ([`Fault`], through its control block) or the whole device's ([`DeviceFault`], through the grid header).
+//! ([`SlotFault`], through its control block) or the whole device's ([`DeviceFault`], through the grid header).
 
 use std::sync::atomic::Ordering;
 
@@ -8,9 +8,11 @@ use crate::error::DeviceError;
 use crate::layout::*;
 use crate::sync::lock;
 
-/// A fault to inject through a slot's control block; executed by the device code.
+/// A fault aimed at a slot number through [`Device::inject`](crate::Device::inject), carried out by the
+/// device code through the slot's control block. To aim a fault at a supervised child by its registry name
+/// or a pattern, use `ringvisor::faults::InjectedFault` with `Runtime::faults()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub enum SlotFault {
     /// Fail with `Injected` on the next message.
     CrashNextMessage,
     /// Stop making progress (and stop the heartbeat) until cleared.
@@ -40,22 +42,22 @@ pub enum DeviceFault {
 
 impl Device {
     /// Injects a fault into `slot` through its control block; the device code carries it out.
-    pub fn inject(&self, slot: u32, fault: Fault) -> Result<(), DeviceError> {
+    pub fn inject(&self, slot: u32, fault: SlotFault) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
         let mut host = lock(&self.inner.slots[slot as usize]);
         match fault {
-            Fault::CrashNextMessage => {
+            SlotFault::CrashNextMessage => {
                 host.fault_flags = (host.fault_flags | RV_FAULT_CRASH_NEXT) & !RV_FAULT_CORRUPT_NEXT;
                 host.fault_seq = host.fault_seq.wrapping_add(1);
             }
-            Fault::CorruptNextEnvelope => {
+            SlotFault::CorruptNextEnvelope => {
                 host.fault_flags = (host.fault_flags | RV_FAULT_CORRUPT_NEXT) & !RV_FAULT_CRASH_NEXT;
                 host.fault_seq = host.fault_seq.wrapping_add(1);
             }
-            Fault::Stall => host.fault_flags |= RV_FAULT_STALL,
-            Fault::ClearStall => host.fault_flags &= !RV_FAULT_STALL,
-            Fault::Wedge => host.fault_flags |= RV_FAULT_WEDGE,
+            SlotFault::Stall => host.fault_flags |= RV_FAULT_STALL,
+            SlotFault::ClearStall => host.fault_flags &= !RV_FAULT_STALL,
+            SlotFault::Wedge => host.fault_flags |= RV_FAULT_WEDGE,
         }
         self.inner.grid.write_faults(slot, host.fault_flags, host.fault_seq);
         drop(host);

@@ -43,7 +43,7 @@ mod subscribers;
 
 pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
-pub use faults::{DeviceFault, Fault};
+pub use faults::{DeviceFault, SlotFault};
 pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
 pub use snapshot::{DeviceStats, SlotSnapshot};
 pub use subscribers::EventHook;

@@ -85,7 +85,7 @@ impl Actor for SlotActor {
             }
         };
         // An injected hang (the stall bit) belonged to the previous incarnation.
-        let _ = device.inject(slot, ringvisor_device::Fault::ClearStall);
+        let _ = device.inject(slot, ringvisor_device::SlotFault::ClearStall);
         tracing::debug!(child = %args.shared.id, slot, generation, "GPU actor active");
         if let Some(timeout) = args.heartbeat_timeout {
             let id = args.shared.id.to_string();
