@@ -53,6 +53,18 @@ fn check_reports_every_error_with_its_location_and_fails() {
 }
 
 #[test]
+fn check_on_an_unknown_behaviour_says_how_to_register_one_once_per_template() {
+    let text = "[supervisor]\n[[supervisor.children]]\ncount = 50\nid = \"l{i}\"\ngpu = \"token_bucket\"\n";
+    let path = temp_file("unknown.toml", text);
+    let out = ringvisor().arg("check").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("1 error(s)"), "one error for the template, not one per child: {stderr}");
+    assert!(stderr.contains(r#"supervisor.children[0][i=0].gpu: unknown behaviour "token_bucket""#), "{stderr}");
+    assert!(stderr.contains("hint:") && stderr.contains("ringvisor::app::command::main"), "{stderr}");
+}
+
+#[test]
 fn check_accepts_the_example_fleet() {
     let out = ringvisor().args(["check", "examples/fleet.toml"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

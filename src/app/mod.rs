@@ -3,6 +3,7 @@
 //! runs of declared trees. Each is usable on its own, which is how the tests drive them.
 
 pub mod chaos;
+pub mod command;
 pub mod demo;
 pub mod live;
 pub mod monitor;

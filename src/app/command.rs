@@ -1,0 +1,410 @@
+//! The `ringvisor` command, as a library entry point ([`main`]) so that a program with behaviours of its
+//! own is the full command with them.
+//!
+//! - `ringvisor demo`: the main job on the CPU backend: 256 sensor actors detecting planted anomalies under a
+//!   fault a second, then a summary that accounts for every reading.
+//! - `ringvisor run TREE.toml`: start a declared tree and watch it until Ctrl-C (or `--duration`).
+//! - `ringvisor check TREE.toml`: validate a declared tree, every error with its location.
+//! - `ringvisor chaos TREE.toml --seed S --rate R --duration D`: run a declared tree under faults.
+//!
+//! On a terminal the command shows the live view; elsewhere a progress line a second; `--json` prints one
+//! JSON object per line. `--metrics-addr ADDR` serves Prometheus metrics. Ctrl-C (or `q` in the live view)
+//! stops the tree in order (reverse start order, shutdown specs honoured) and prints the summary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::chaos::{settle, ChaosTask};
+use super::demo::{Demo, DemoConfig};
+use super::live::LiveView;
+use super::monitor::Monitor;
+use super::report::{self, Output};
+use crate::device::{BehaviourSet, DeviceConfig};
+use crate::faults::InjectedFault;
+use crate::supervisor::{ExitReason, SpecLoader};
+use crate::{Runtime, RuntimeEnd};
+use clap::{Parser, Subcommand};
+use tokio::sync::Notify;
+
+#[derive(Parser)]
+#[command(name = "ringvisor", version, about = "Erlang/OTP-style supervision for persistent GPU actors")]
+struct Cli {
+    /// Print one JSON object per line (tree events, progress, summary) instead of the live view.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Print plain progress lines even on a terminal.
+    #[arg(long, global = true)]
+    plain: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9100).
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The main job on the CPU backend: a sensor fleet detecting planted anomalies while faults strike.
+    Demo {
+        /// How long the load runs, seconds.
+        #[arg(long, default_value = "15", value_parser = seconds)]
+        duration: Duration,
+        /// Sensor actors.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        sensors: u32,
+        /// Readings per second per sensor.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        /// Seed of the readings, the planted anomalies and the faults.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// No faults.
+        #[arg(long)]
+        no_chaos: bool,
+    },
+    /// Start a declared tree (TOML) and watch it until Ctrl-C or the duration.
+    Run {
+        /// The tree file.
+        tree: PathBuf,
+        /// Stop after this many seconds.
+        #[arg(long, value_parser = seconds)]
+        duration: Option<Duration>,
+        /// Device slots.
+        #[arg(long, default_value_t = 1024)]
+        slots: u32,
+    },
+    /// Validate a declared tree (TOML): every error with its location; exits non-zero if there is one.
+    Check {
+        /// The tree file.
+        tree: PathBuf,
+    },
+    /// Run a declared tree (TOML) under seeded faults and print the chaos summary.
+    Chaos {
+        /// The tree file.
+        tree: PathBuf,
+        /// Seed of the fault schedule (the same seed replays the same faults).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Faults per second.
+        #[arg(long, default_value = "10", value_parser = rate)]
+        rate: f64,
+        /// How long the faults run, seconds.
+        #[arg(long, default_value = "10", value_parser = seconds)]
+        duration: Duration,
+        /// Device slots.
+        #[arg(long, default_value_t = 1024)]
+        slots: u32,
+    },
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 86_400.0) {
+        return Err("must be between 0 and 86400 seconds".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 10_000.0) {
+        return Err("must be between 0 and 10000 faults per second".into());
+    }
+    Ok(v)
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs the `ringvisor` command, arguments taken from the process, with `behaviours` (what `run`, `check`
+/// and `chaos` trees may use; the demo uses the built-ins). A program whose device code has behaviours of
+/// its own is the full command with them:
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     let behaviours = ringvisor::device::BehaviourSet::builtins(); // + `register` your own
+///     ringvisor::app::command::main(behaviours)
+/// }
+/// ```
+pub fn main(behaviours: BehaviourSet) -> ExitCode {
+    let cli = Cli::parse();
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(execute(cli, behaviours)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
+    let output = Output::choose(cli.json, cli.plain);
+    // Logs go to stderr only when asked for (RUST_LOG): they would tear the live view.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    if let Err(e) = install_interrupt() {
+        eprintln!("error: cannot handle Ctrl-C: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(addr) = cli.metrics_addr {
+        if let Err(e) = super::prometheus::serve(addr) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let result = match cli.command {
+        Command::Demo { duration, sensors, rate, seed, no_chaos } => {
+            let config = DemoConfig {
+                sensors,
+                rate,
+                seed,
+                chaos_every: (!no_chaos).then_some(Duration::from_secs(1)),
+                ..DemoConfig::default()
+            };
+            demo(config, duration, output).await
+        }
+        Command::Run { tree, duration, slots } => run_tree(&behaviours, tree, duration, slots, output).await,
+        Command::Check { tree } => check(&behaviours, tree),
+        Command::Chaos { tree, seed, rate, duration, slots } => {
+            chaos(&behaviours, tree, seed, rate, duration, slots, output).await
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Set by the first Ctrl-C (SIGINT); `INTERRUPT` wakes the watcher.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static INTERRUPT: Notify = Notify::const_new();
+
+/// Takes over Ctrl-C from the start (the handler is registered before this returns, so a Ctrl-C that comes
+/// early is not lost): the first one stops the tree in order; a second one exits at once (status 130).
+fn install_interrupt() -> std::io::Result<()> {
+    #[cfg(unix)]
+    let mut signals = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        for n in 0.. {
+            #[cfg(unix)]
+            let received = signals.recv().await.is_some();
+            #[cfg(not(unix))]
+            let received = tokio::signal::ctrl_c().await.is_ok();
+            if !received {
+                return;
+            }
+            if n > 0 {
+                eprintln!("second Ctrl-C: exiting without an orderly stop");
+                std::process::exit(130);
+            }
+            INTERRUPTED.store(true, Ordering::Release);
+            INTERRUPT.notify_waiters();
+        }
+    });
+    Ok(())
+}
+
+/// Why watching stopped.
+#[derive(PartialEq, Eq)]
+enum Stopped {
+    Duration,
+    Interrupted,
+    TreeEnded,
+}
+
+/// With `--json`, the tree events seen since the last call, one per line.
+fn print_events(monitor: &mut Monitor, output: Output) {
+    let events = monitor.take_events();
+    if output == Output::Json {
+        for e in &events {
+            println!("{}", report::event_json(e));
+        }
+    }
+}
+
+/// Watches `rt` until `until`, Ctrl-C (or `q` in the live view), or the end of the tree, reporting as
+/// `output` says.
+async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str, until: Option<Instant>) -> Stopped {
+    let mut live = (output == Output::Live).then(LiveView::enter);
+    let tick = if live.is_some() { Duration::from_millis(250) } else { Duration::from_secs(1) };
+    let stopped = loop {
+        if INTERRUPTED.load(Ordering::Acquire) {
+            break Stopped::Interrupted;
+        }
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break Stopped::Duration;
+        }
+        if !rt.is_running() {
+            break Stopped::TreeEnded;
+        }
+        let snap = monitor.sample(rt).await;
+        print_events(monitor, output);
+        match (&mut live, output) {
+            (Some(view), _) => {
+                let _ = view.draw(&snap, title);
+                if view.wants_stop(Duration::from_millis(20)) {
+                    break Stopped::Interrupted;
+                }
+            }
+            (None, Output::Json) => println!("{}", report::progress_json(&snap)),
+            (None, _) => println!("{}", report::progress_line(&snap)),
+        }
+        let wait = until.map_or(tick, |u| tick.min(u.saturating_duration_since(Instant::now())));
+        tokio::select! {
+            _ = INTERRUPT.notified() => break Stopped::Interrupted,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    };
+    drop(live);
+    if stopped == Stopped::Interrupted && output != Output::Json {
+        println!("interrupted: stopping the tree in order");
+    }
+    stopped
+}
+
+async fn demo(config: DemoConfig, duration: Duration, output: Output) -> Result<ExitCode, BoxError> {
+    let sensors = config.sensors;
+    let demo = Demo::start(config, DeviceConfig::default()).await?;
+    if output != Output::Json {
+        println!(
+            "ringvisor demo: {sensors} sensor actors and an alert aggregator on {}",
+            demo.runtime().device().describe()
+        );
+    }
+    let mut monitor = Monitor::new(demo.runtime());
+    watch(demo.runtime(), &mut monitor, output, "ringvisor demo", Some(Instant::now() + duration)).await;
+    print_events(&mut monitor, output);
+    let (restarts, escalations) = monitor.counts();
+    let summary = demo.finish(restarts, escalations).await?;
+    match output {
+        Output::Json => println!("{}", report::demo_json(&summary)),
+        _ => print!("{}", report::demo_text(&summary)),
+    }
+    Ok(if summary.nothing_lost() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn loader(behaviours: &BehaviourSet) -> SpecLoader {
+    SpecLoader::new().behaviours(behaviours.names().map(str::to_string))
+}
+
+/// Printed after errors that name an unknown behaviour.
+const REGISTER_HINT: &str = "hint: a behaviour of your own is compiled with `ringvisor-build`, registered in a \
+`BehaviourSet`, and the command run from your own binary with `ringvisor::app::command::main(set)` \
+(see docs/behaviours.md)";
+
+fn check(behaviours: &BehaviourSet, tree: PathBuf) -> Result<ExitCode, BoxError> {
+    match loader(behaviours).load_file(&tree) {
+        Ok(spec) => {
+            println!("{}: ok\n{}", tree.display(), spec.outline());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            eprintln!("{}: {} error(s)\n{errors}", tree.display(), errors.0.len());
+            if errors.0.iter().any(|e| e.message.starts_with("unknown behaviour")) {
+                eprintln!("{REGISTER_HINT}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn start_tree(behaviours: &BehaviourSet, tree: &PathBuf, slots: u32) -> Result<Runtime, BoxError> {
+    let spec = loader(behaviours).load_file(tree).map_err(|errors| {
+        let hint = errors.0.iter().any(|e| e.message.starts_with("unknown behaviour"));
+        format!("{errors}{}", if hint { format!("\n{REGISTER_HINT}") } else { String::new() })
+    })?;
+    let config = DeviceConfig::default().slots(slots).behaviours(behaviours.clone());
+    Ok(Runtime::builder().device(config).start(spec).await?)
+}
+
+/// Prints the end-of-run summary of a declared tree.
+fn tree_summary(monitor: &mut Monitor, rt: &Runtime, output: Output) {
+    let (restarts, escalations) = monitor.counts();
+    let dead = rt.dead_letters().stats();
+    if output == Output::Json {
+        println!(
+            "{}",
+            serde_json::json!({ "type": "summary", "restarts": restarts, "escalations": escalations,
+                "dead_letters": dead.total() })
+        );
+    } else {
+        println!("restarts {restarts}, escalations {escalations}, dead letters: {dead}");
+    }
+}
+
+async fn run_tree(
+    behaviours: &BehaviourSet,
+    tree: PathBuf,
+    duration: Option<Duration>,
+    slots: u32,
+    output: Output,
+) -> Result<ExitCode, BoxError> {
+    let rt = start_tree(behaviours, &tree, slots).await?;
+    let mut monitor = Monitor::new(&rt);
+    let title = format!("ringvisor run {}", tree.display());
+    let stopped = watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
+    print_events(&mut monitor, output);
+    tree_summary(&mut monitor, &rt, output);
+    let code = if stopped == Stopped::TreeEnded { tree_ended(&rt, output).await } else { ExitCode::SUCCESS };
+    rt.shutdown().await;
+    if output != Output::Json && code == ExitCode::SUCCESS {
+        println!("stopped in order");
+    }
+    Ok(code)
+}
+
+/// Says why the tree ended by itself; a failure status unless its root exited normally.
+async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
+    let end = rt.wait().await;
+    match output {
+        Output::Json => println!("{}", serde_json::json!({ "type": "end", "why": end.to_string() })),
+        _ => println!("the tree ended: {end}"),
+    }
+    match end {
+        RuntimeEnd::RootEnded { gave_up: false, reason: ExitReason::Normal | ExitReason::Shutdown } => {
+            ExitCode::SUCCESS
+        }
+        _ => ExitCode::FAILURE,
+    }
+}
+
+async fn chaos(
+    behaviours: &BehaviourSet,
+    tree: PathBuf,
+    seed: u64,
+    rate: f64,
+    duration: Duration,
+    slots: u32,
+    output: Output,
+) -> Result<ExitCode, BoxError> {
+    let rt = start_tree(behaviours, &tree, slots).await?;
+    let mut monitor = Monitor::new(&rt);
+    // Every fault kind but the loss of the device (each loss restarts the whole tree).
+    let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
+    let task = ChaosTask::spawn(rt.services().clone(), "**".into(), kinds, Duration::from_secs_f64(1.0 / rate), seed);
+    let title = format!("ringvisor chaos {} (seed {seed}, {rate}/s)", tree.display());
+    watch(&rt, &mut monitor, output, &title, Some(Instant::now() + duration)).await;
+    let faults = task.stop().await;
+    let summary = settle(&rt, &mut monitor, faults, Duration::from_secs(20)).await;
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({ "type": "summary", "faults": summary.faults, "restarts": summary.restarts,
+                "escalations": summary.escalations, "dead_letters": summary.dead_letters.total(),
+                "converged_s": summary.converged.map(|d| d.as_secs_f64()), "not_running": summary.not_running })
+        ),
+        _ => print!("chaos summary (seed {seed}):\n{}", summary.table()),
+    }
+    let converged = summary.converged.is_some();
+    rt.shutdown().await;
+    Ok(if converged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
