@@ -368,6 +368,23 @@ impl GpuActorRef {
         Ok(())
     }
 
+    /// [`GpuActorRef::send`] of a `#[repr(C)]` message type: its bytes are the payload (the behaviour
+    /// reads the same struct).
+    pub fn send_typed<Req: bytemuck::Pod>(&self, request: &Req) -> Result<(), SendError> {
+        self.send(bytemuck::bytes_of(request))
+    }
+
+    /// [`GpuActorRef::call`] with `#[repr(C)]` request and reply types: the request's bytes are the payload,
+    /// and the reply must be exactly a `Resp` (otherwise [`SendError::Device`] with the sizes). A reply the
+    /// behaviour gave as an error code comes back as that error, as with `call`.
+    pub async fn call_typed<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+        &self,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, SendError> {
+        Ok(self.call(bytemuck::bytes_of(request), timeout).await?.decode()?)
+    }
+
     /// Sends a message and waits up to `timeout` for the reply, across a restart if one is under way.
     pub async fn call(&self, payload: &[u8], timeout: Duration) -> Result<Reply, SendError> {
         let gpu = self.gpu();

@@ -1,0 +1,6 @@
+fn main() {
+    ringvisor_build::Behaviours::new()
+        .behaviour("token_bucket", "kernels/token_bucket.cu", "token_bucket")
+        .compile("rate_limiter_behaviours")
+        .expect("the token_bucket behaviour compiles");
+}

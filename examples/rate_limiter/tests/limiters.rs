@@ -1,0 +1,93 @@
+//! The test a rate-limiter service writes for its own tree: 50 limiters from the TOML template, found by
+//! glob, answering typed messages; one crashed on purpose is restarted from fresh state, and the message it
+//! crashed on is a dead letter with the reason.
+
+use std::path::Path;
+use std::process::Command;
+
+use ringvisor::prelude::*;
+use ringvisor_example_rate_limiter::{behaviours, Layout, Reply, Request};
+
+const T: Duration = Duration::from_secs(10);
+
+fn tree() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/limiters.toml"))
+}
+
+async fn start() -> Runtime {
+    let config = DeviceConfig::default().slots(64).behaviours(behaviours().expect("token_bucket registers"));
+    Runtime::builder().device(config).start_toml(tree(), SpecLoader::new()).await.expect("the tree starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_structs_and_the_rust_ones_agree() {
+    let rt = start().await;
+    let limiter = rt.gpu("limiter/client-0").expect("registered");
+    let c: Layout = limiter.call_typed(&Request { op: Request::LAYOUT, cost: 0 }, T).await.unwrap();
+    assert_eq!(c, Layout::of_rust(), "tb_* in kernels/token_bucket.cu against src/lib.rs");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_limiters_from_one_template_found_by_glob() {
+    let rt = start().await;
+    assert_eq!(rt.find("limiter/**").unwrap().len(), 50);
+    let ones = rt.find("limiter/client-1*").unwrap();
+    let names: Vec<&str> = ones.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.len(), 11, "client-1 and client-10 to client-19: {names:?}");
+    assert_eq!(rt.find("limiter/client-[0-4]").unwrap().len(), 5);
+    // Each one was started with its own index as its client (`{ u32 = "{i}" }` in the template).
+    for (name, child) in ones {
+        let reply: Reply = child.gpu().unwrap().call_typed(&Request::take(1), T).await.unwrap();
+        assert_eq!(format!("limiter/client-{}", reply.client), name);
+        assert_eq!((reply.granted, reply.granted_total), (1, 1));
+    }
+    // More than the capacity (100) is never granted, whatever the time.
+    let limiter = rt.gpu("limiter/client-3").unwrap();
+    let reply: Reply = limiter.call_typed(&Request::take(101), T).await.unwrap();
+    assert_eq!((reply.granted, reply.denied_total), (0, 1));
+    // A message of the wrong size is answered with an error, and the limiter keeps running.
+    let err = limiter.call(&[1, 2, 3], T).await.unwrap_err();
+    assert!(err.to_string().contains("BadEnvelope") || err.to_string().contains("bad envelope"), "{err}");
+    let reply: Reply = limiter.call_typed(&Request::take(1), T).await.unwrap();
+    assert_eq!(reply.granted_total, 1, "same incarnation: its counts went on");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_limiter_restarts_from_fresh_state_and_its_message_is_a_dead_letter() {
+    let rt = start().await;
+    let mut events = rt.services().events().subscribe();
+    let limiter = rt.gpu("limiter/client-7").unwrap();
+    for _ in 0..3 {
+        let _: Reply = limiter.call_typed(&Request::take(1), T).await.unwrap();
+    }
+    assert_eq!(rt.faults().inject("limiter/client-7", InjectedFault::CrashNextMessage).unwrap(), 1);
+    assert!(limiter.call_typed::<_, Reply>(&Request::take(1), T).await.is_err(), "the crashing message");
+    // Only limiter-7 restarts (one_for_one).
+    let restarted = loop {
+        match tokio::time::timeout(T, events.recv()).await.expect("a restart").unwrap() {
+            TreeEvent::ChildStarted { child, .. } => break child,
+            _ => continue,
+        }
+    };
+    assert_eq!(restarted, "limiter-7");
+    let letters = rt.dead_letters().snapshot();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].reason, DeadLetterReason::Poison);
+    assert_eq!(letters[0].target.as_deref(), Some("limiter/client-7"));
+    // The same handle reaches the new incarnation: a full bucket and fresh counts.
+    let reply: Reply = limiter.call_typed(&Request::take(1), T).await.unwrap();
+    assert_eq!((reply.client, reply.granted, reply.granted_total), (7, 1, 1));
+    let other: Reply = rt.gpu("limiter/client-8").unwrap().call_typed(&Request::take(1), T).await.unwrap();
+    assert_eq!(other.granted_total, 1, "a neighbour was not touched");
+    rt.shutdown().await;
+}
+
+#[test]
+fn the_example_command_knows_the_behaviour() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rate-limiter")).arg("check").arg(tree()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("ok") && stdout.contains("limiter-49"), "{stdout}");
+}
