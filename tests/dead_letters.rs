@@ -65,7 +65,7 @@ async fn dead_target() {
     let a = rt.gpu("dl/a").unwrap();
     rt.root().terminate_child("a").await.unwrap();
     assert_eq!(a.status(), ChildStatus::Stopped);
-    assert!(matches!(a.send(b"late"), Err(SendError::Gone { status: ChildStatus::Stopped })));
+    assert!(matches!(a.send(b"late"), Err(SendError::Gone { status: ChildStatus::Stopped, .. })));
     let letters = only(&rt, DeadLetterReason::DeadTarget);
     assert_eq!((letters.len(), letters[0].slot), (1, Some(a.slot())));
     rt.shutdown().await;

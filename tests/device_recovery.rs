@@ -6,8 +6,7 @@
 use std::time::{Duration, Instant};
 
 use ringvisor::device::{
-    Backend, CudaConfig, CudaDriver, DeviceConfig, DeviceError, DeviceHealth, EmulatedDriver, EmulatedGpu, SlotState,
-    UndeliveredReason,
+    Backend, CudaConfig, CudaDriver, DeviceConfig, DeviceHealth, EmulatedDriver, EmulatedGpu, SlotState,
 };
 use ringvisor::faults::InjectedFault;
 use ringvisor::prelude::*;
@@ -162,13 +161,7 @@ async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_ker
     };
     a.send(&1i64.to_le_bytes()).unwrap();
     let outcome = lost_call.await.unwrap();
-    assert!(
-        matches!(
-            outcome,
-            Err(SendError::Device(DeviceError::Undelivered { reason: UndeliveredReason::DeviceLost, .. }))
-        ),
-        "{outcome:?}"
-    );
+    assert!(matches!(outcome, Err(SendError::Undelivered { reason: DeadLetterReason::DeviceLost, .. })), "{outcome:?}");
     assert_eq!(old_device.health(), DeviceHealth::Lost);
     // One_for_all at the device level: the device child exits, the tree is stopped, both start again.
     let mut device_exit = None;

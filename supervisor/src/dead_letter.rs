@@ -61,6 +61,20 @@ impl DeadLetterReason {
         }
     }
 
+    /// The label with what it means, for messages: `poison (the actor failed while processing it)`.
+    pub fn explain(self) -> String {
+        let why = match self {
+            Self::UnknownTarget => "no actor has that name",
+            Self::DeadTarget => "the actor has ended",
+            Self::InboxFull => "its inbox stayed full",
+            Self::LeftInInbox => "still queued when the actor was killed or restarted",
+            Self::Poison => "the actor failed while processing it; kept so its restart does not fail on it again",
+            Self::DeviceLost => "the device was lost",
+            Self::SlotQuarantined => "the actor's slot was quarantined",
+        };
+        format!("{} ({why})", self.label())
+    }
+
     fn index(self) -> usize {
         self as usize
     }

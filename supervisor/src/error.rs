@@ -2,6 +2,7 @@
 
 use ringvisor_device::DeviceError;
 
+use crate::dead_letter::DeadLetterReason;
 use crate::status::ChildStatus;
 
 /// Errors of supervisor operations; the admin ones are OTP's (`already_started`, `already_present`,
@@ -82,10 +83,24 @@ fn parse_start_failed(text: &str) -> Option<SupervisorError> {
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The child has ended for good (the message is in the dead-letter queue).
-    #[error("the actor is {status:?}: the message went to the dead-letter queue")]
+    #[error("`{actor}` is {}: the message went to the dead-letter queue", status_word(*status))]
     Gone {
+        /// The actor: its registry name, or its child id.
+        actor: String,
         /// Its status.
         status: ChildStatus,
+    },
+    /// The device handed the message back: the actor crashed on it, was killed or restarted with it queued,
+    /// its device was lost or its slot quarantined. The message is in the dead-letter queue with the same
+    /// reason.
+    #[error("message to `{actor}` (slot {slot}) was not delivered: {}", reason.explain())]
+    Undelivered {
+        /// The actor: its registry name, or its child id.
+        actor: String,
+        /// Its device slot.
+        slot: u32,
+        /// Why, in the dead-letter queue's words.
+        reason: DeadLetterReason,
     },
     /// The inbox stayed full (the message is in the dead-letter queue).
     #[error("the actor's inbox is full: the message went to the dead-letter queue")]
@@ -107,6 +122,16 @@ pub enum SendError {
     /// The device refused or failed the operation.
     #[error(transparent)]
     Device(#[from] DeviceError),
+}
+
+fn status_word(status: ChildStatus) -> &'static str {
+    match status {
+        ChildStatus::Starting => "starting",
+        ChildStatus::Running => "running",
+        ChildStatus::Restarting => "restarting",
+        ChildStatus::Stopped => "stopped",
+        ChildStatus::Gone => "gone",
+    }
 }
 
 /// Errors of the registry.

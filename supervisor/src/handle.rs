@@ -262,7 +262,7 @@ impl GpuActorRef {
         for p in payloads {
             self.dead_letter(DeadLetterReason::DeadTarget, p);
         }
-        SendError::Gone { status }
+        SendError::Gone { actor: self.shared.target(), status }
     }
 
     /// Sends a one-way message. While the child restarts the message waits for the new incarnation; a
@@ -348,6 +348,10 @@ impl GpuActorRef {
         match e {
             DeviceError::DeviceLost => self.dead_letter(DeadLetterReason::DeviceLost, payload),
             DeviceError::Closed => self.dead_letter(DeadLetterReason::DeadTarget, payload),
+            // Filed as a dead letter by whoever handed it back (the device's accounting).
+            DeviceError::Undelivered { slot, reason } => {
+                return SendError::Undelivered { actor: self.shared.target(), slot, reason: reason.into() }
+            }
             _ => {}
         }
         SendError::Device(e)

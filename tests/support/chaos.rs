@@ -230,7 +230,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                     let outcome = match actor.call(&payload, T).await {
                         // An error answer (a corrupt envelope) is an answer.
                         Ok(_) | Err(SendError::Device(DeviceError::ErrorReply { .. })) => &tally.answered,
-                        Err(SendError::Device(DeviceError::Undelivered { .. })) => &tally.undelivered,
+                        Err(SendError::Undelivered { .. }) => &tally.undelivered,
                         // Gone, or its device shut down by a device restart: a dead letter either way.
                         Err(SendError::Gone { .. } | SendError::Device(DeviceError::Closed)) => &tally.gone,
                         Err(SendError::InboxFull) => &tally.inbox_full,

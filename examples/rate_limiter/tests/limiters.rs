@@ -63,7 +63,15 @@ async fn a_crashed_limiter_restarts_from_fresh_state_and_its_message_is_a_dead_l
         let _: Reply = limiter.call_typed(&Request::take(1), T).await.unwrap();
     }
     assert_eq!(rt.faults().inject("limiter/client-7", InjectedFault::CrashNextMessage).unwrap(), 1);
-    assert!(limiter.call_typed::<_, Reply>(&Request::take(1), T).await.is_err(), "the crashing message");
+    let err = limiter.call_typed::<_, Reply>(&Request::take(1), T).await.unwrap_err();
+    // The error names the actor and uses the dead-letter queue's word for what happened.
+    match &err {
+        SendError::Undelivered { actor, reason, .. } => {
+            assert_eq!((actor.as_str(), *reason), ("limiter/client-7", DeadLetterReason::Poison))
+        }
+        other => panic!("the crashing message: {other}"),
+    }
+    assert!(err.to_string().starts_with("message to `limiter/client-7` (slot "), "{err}");
     // Only limiter-7 restarts (one_for_one).
     let restarted = loop {
         match tokio::time::timeout(T, events.recv()).await.expect("a restart").unwrap() {
