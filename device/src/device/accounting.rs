@@ -207,23 +207,29 @@ impl DeviceInner {
         }
         self.settle(&undelivered);
         let slot_event = SlotEvent { event, undelivered };
-        if slot_event.event.cmd_id != 0 {
-            if let Some(w) = lock(&self.commands).remove(&slot_event.event.cmd_id) {
-                let result = match slot_event.event.kind {
-                    EventKind::Rejected => Err(DeviceError::Rejected {
-                        slot: slot_event.event.slot,
-                        code: slot_event.event.code.unwrap_or(DeviceCode::Other(0)),
-                    }),
-                    EventKind::CreateFailed => Err(DeviceError::CreateFailed {
-                        slot: slot_event.event.slot,
-                        code: slot_event.event.code.unwrap_or(DeviceCode::Other(0)),
-                    }),
-                    _ => Ok(slot_event.clone()),
-                };
-                w.complete(result);
-            }
-        }
+        let waiter = match slot_event.event.cmd_id {
+            0 => None,
+            cmd_id => lock(&self.commands).remove(&cmd_id),
+        };
+        let outcome = waiter.map(|w| {
+            let result = match slot_event.event.kind {
+                EventKind::Rejected => Err(DeviceError::Rejected {
+                    slot: slot_event.event.slot,
+                    code: slot_event.event.code.unwrap_or(DeviceCode::Other(0)),
+                }),
+                EventKind::CreateFailed => Err(DeviceError::CreateFailed {
+                    slot: slot_event.event.slot,
+                    code: slot_event.event.code.unwrap_or(DeviceCode::Other(0)),
+                }),
+                _ => Ok(slot_event.clone()),
+            };
+            (w, result)
+        });
+        // Subscribers first: one that subscribes after a command's waiter returns sees only later events.
         self.dispatch(slot_event);
+        if let Some((w, result)) = outcome {
+            w.complete(result);
+        }
     }
 
     /// Reads back the messages in `[max(event.inbox_head, reported_until), cutoff)` that the previous
