@@ -30,8 +30,13 @@ pub enum RegistryEvent {
     Unregistered(String),
 }
 
+/// Whether `b` may appear in a name: an ASCII letter or digit, or one of `_ - . : @ +`.
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'@' | b'+')
+}
+
 fn segment_ok(seg: &str) -> bool {
-    seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'@' | b'+'))
+    seg.bytes().all(name_byte)
 }
 
 /// Checks a name: non-empty `/`-separated segments of letters, digits and `_ - . : @ +`.
@@ -126,7 +131,7 @@ impl<'p> Glob<'p> {
                     i += close + 1;
                     class
                 }
-                b if segment_ok(std::str::from_utf8(&[b]).unwrap_or("")) => Tok::Lit(b),
+                b if name_byte(b) => Tok::Lit(b),
                 _ => return Err(BAD_CHARS),
             });
         }
@@ -148,12 +153,12 @@ impl<'p> Glob<'p> {
         }
         let mut ranges = Vec::new();
         while let Some(&lo) = rest.first() {
-            if !segment_ok(std::str::from_utf8(&[lo]).unwrap_or("")) {
+            if !name_byte(lo) {
                 return Err(BAD_CHARS);
             }
             match rest {
                 [_, b'-', hi, ..] => {
-                    if !segment_ok(std::str::from_utf8(&[*hi]).unwrap_or("")) {
+                    if !name_byte(*hi) {
                         return Err(BAD_CHARS);
                     }
                     if *hi < lo {
@@ -482,6 +487,8 @@ mod tests {
             ("a/[!]", "empty character class"),
             ("a/[z-a]", "backwards"),
             ("a/[b c]", "only letters"),
+            ("a/\u{e9}*", "only letters"),
+            ("a/[\u{e9}]", "only letters"),
         ] {
             match parse_pattern(p) {
                 Err(RegistryError::InvalidPattern { why: w, .. }) => assert!(w.contains(why), "{p}: {w}"),
