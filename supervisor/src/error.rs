@@ -72,7 +72,7 @@ impl SupervisorError {
     }
 }
 
-/// The inverse of `StartFailed`'s message.
+/// The inverse of `StartFailed`'s message (which a supervisor that fails its own start also exits with).
 fn parse_start_failed(text: &str) -> Option<SupervisorError> {
     let rest = text.strip_prefix("child `")?;
     let (id, reason) = rest.split_once("` failed to start: ")?;
@@ -83,7 +83,7 @@ fn parse_start_failed(text: &str) -> Option<SupervisorError> {
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The child has ended for good (the message is in the dead-letter queue).
-    #[error("`{actor}` is {}: the message went to the dead-letter queue", status_word(*status))]
+    #[error("`{actor}` is {}: the message went to the dead-letter queue", status.label())]
     Gone {
         /// The actor: its registry name, or its child id.
         actor: String,
@@ -122,16 +122,6 @@ pub enum SendError {
     /// The device refused or failed the operation.
     #[error(transparent)]
     Device(#[from] DeviceError),
-}
-
-fn status_word(status: ChildStatus) -> &'static str {
-    match status {
-        ChildStatus::Starting => "starting",
-        ChildStatus::Running => "running",
-        ChildStatus::Restarting => "restarting",
-        ChildStatus::Stopped => "stopped",
-        ChildStatus::Gone => "gone",
-    }
 }
 
 /// Errors of the registry.

@@ -36,6 +36,17 @@ pub enum RunState {
 }
 
 impl ChildStatus {
+    /// Its word for messages: `starting`, `running`, `restarting`, `stopped`, `gone`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Restarting => "restarting",
+            Self::Stopped => "stopped",
+            Self::Gone => "gone",
+        }
+    }
+
     /// Stopped or gone: messages to it become dead letters instead of waiting for an incarnation.
     pub fn has_ended(self) -> bool {
         matches!(self, ChildStatus::Stopped | ChildStatus::Gone)

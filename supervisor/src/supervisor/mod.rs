@@ -131,7 +131,8 @@ impl Actor for Supervisor {
             state.terminate_and_drop_children().await;
             let exit = ExitReason::ShutdownWith(format!("failed_to_start_child {child_id}"));
             state.emit(TreeEvent::SupervisorStopped { supervisor: state.id.clone(), reason: exit, root });
-            return Err(format!("child `{child_id}` failed to start: {reason}").into());
+            // The same words as `SupervisorError::StartFailed` (which `SupervisorError::below` reads back).
+            return Err(SupervisorError::StartFailed { id: child_id, reason }.to_string().into());
         }
         state.record_gauges();
         state.refresh_grants();
