@@ -576,9 +576,9 @@ fn glob_segment(pattern: &str, seg: &str) -> bool {
     }
 }
 
-/// Pattern lookup among 100,000 names (`fleet/g0/s0` to `fleet/g99/s999`) of `pattern`, which matches
-/// `expected` of them, with the registry and with a linear scan of the names.
-pub fn registry_lookup(n: usize, pattern: &str, expected: usize) -> (Summary, Summary) {
+/// Pattern lookups among 100,000 names (`fleet/g0/s0` to `fleet/g99/s999`), one registry for every case:
+/// for each `(pattern, expected matches)`, the registry's lookup and a linear scan of the names.
+pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summary)> {
     let rt = tokio();
     let registry = Registry::new();
     let cell = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0.get_cell() });
@@ -590,36 +590,37 @@ pub fn registry_lookup(n: usize, pattern: &str, expected: usize) -> (Summary, Su
             names.push(name);
         }
     }
-    assert_eq!(registry.find(pattern).expect("find").len(), expected);
-    let found: Vec<Summary> = ["registry pattern lookup", "linear scan"]
+    let scan = |pattern: &str| {
+        let pat: Vec<&str> = pattern.split('/').collect();
+        names
+            .iter()
+            .filter(|name| {
+                let segs: Vec<&str> = name.split('/').collect();
+                segs.len() == pat.len() && segs.iter().zip(&pat).all(|(s, p)| glob_segment(p, s))
+            })
+            .count()
+    };
+    let time = |count: usize, lookup: &dyn Fn() -> usize, expected: usize| -> Vec<f64> {
+        (0..count)
+            .map(|_| {
+                let t0 = Instant::now();
+                assert_eq!(lookup(), expected);
+                elapsed_ns(t0)
+            })
+            .collect()
+    };
+    cases
         .iter()
-        .enumerate()
-        .map(|(which, name)| {
-            let count = if which == 0 { n } else { (n / 50).max(50) };
-            let samples = (0..count)
-                .map(|_| {
-                    let t0 = Instant::now();
-                    let hits = if which == 0 {
-                        registry.find(pattern).expect("find").len()
-                    } else {
-                        let pat: Vec<&str> = pattern.split('/').collect();
-                        names
-                            .iter()
-                            .filter(|name| {
-                                let segs: Vec<&str> = name.split('/').collect();
-                                segs.len() == pat.len() && segs.iter().zip(&pat).all(|(s, p)| glob_segment(p, s))
-                            })
-                            .count()
-                    };
-                    assert_eq!(hits, expected);
-                    elapsed_ns(t0)
-                })
-                .collect();
-            Summary::of(name, samples, Unit::Nanos)
+        .map(|&(pattern, expected)| {
+            assert_eq!(registry.find(pattern).expect("find").len(), expected);
+            let found = time(n, &|| registry.find(pattern).expect("find").len(), expected);
+            let scanned = time((n / 50).max(50), &|| scan(pattern), expected);
+            (
+                Summary::of("registry pattern lookup", found, Unit::Nanos),
+                Summary::of("linear scan", scanned, Unit::Nanos),
+            )
         })
-        .collect();
-    let mut it = found.into_iter();
-    (it.next().unwrap(), it.next().unwrap())
+        .collect()
 }
 
 // ---------- supervised scale ----------

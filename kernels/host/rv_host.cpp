@@ -84,8 +84,9 @@ extern "C" uint32_t rv_cpu_run_marked(const rv_grid_view *v, uint32_t word, uint
     return out;
 }
 
-/* Slot-group claims for the worker pool: one worker runs a group's actor steps at a time. Done here, in
- * the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */
+/* Claims for the worker pool (block 0's, and one per run-set word): one worker runs a word's actor steps at a
+ * time. Done here, in the instrumented code, so that ThreadSanitizer sees the happens-before edge between two
+ * workers. */
 extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
 extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
 

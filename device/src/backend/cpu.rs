@@ -161,6 +161,8 @@ fn release(flag: &AtomicU32) {
 
 /// Slots per run-set word (and per claim).
 const SLOTS_PER_WORD: u32 = 32;
+/// Run-set words per summary word (a bit each).
+const WORDS_PER_SUMMARY_WORD: u32 = 32;
 
 fn worker(s: &CpuShared, index: usize) {
     let summary_words = s.summary_words as usize;
@@ -183,7 +185,7 @@ fn worker(s: &CpuShared, index: usize) {
             // SAFETY: i < summary_words.
             let mut marked = unsafe { ffi::rv_cpu_summary(view, i as u32) };
             while marked != 0 {
-                let word = i as u32 * 32 + marked.trailing_zeros();
+                let word = i as u32 * WORDS_PER_SUMMARY_WORD + marked.trailing_zeros();
                 marked &= marked - 1;
                 let flag = &s.word_claims[word as usize];
                 if !claim(flag) {
