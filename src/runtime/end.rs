@@ -100,14 +100,19 @@ pub(super) fn watch_end(
     let (tx, rx) = watch::channel(None);
     tokio::spawn(async move {
         let mut fold = Fold::new(root_id);
+        // One wait for the whole watch (not a new one per event: a tree's start is an event per child).
+        let stopped = top.wait();
+        tokio::pin!(stopped);
         let end = loop {
             tokio::select! {
-                event = events.recv() => match event.and_then(|e| fold.step(e)) {
-                    Some(end) => break end,
-                    None => continue,
-                },
+                // A closed channel disables this branch: the top's stop still ends the watch.
+                Some(event) = events.recv() => {
+                    if let Some(end) = fold.step(event) {
+                        break end;
+                    }
+                }
                 // Stopped without its last event (killed): what it emitted before is already queued.
-                () = top.wait() => {
+                () = &mut stopped => {
                     let mut end = None;
                     while let (None, Ok(event)) = (&end, events.try_recv()) {
                         end = fold.step(event);
