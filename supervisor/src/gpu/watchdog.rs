@@ -33,13 +33,23 @@ const MIN_TICK: Duration = Duration::from_millis(5);
 const ENDED_EVERY: u64 = 4;
 
 /// The watched incarnations of one device, indexed by slot.
-#[derive(Default)]
 pub(crate) struct Watchdogs {
     watched: Mutex<Vec<Option<Watched>>>,
     ticks: AtomicU64,
     /// Nanoseconds between ticks: a quarter of the shortest timeout watched so far, within the bounds above.
     tick_ns: AtomicU64,
     started: AtomicBool,
+}
+
+impl Default for Watchdogs {
+    fn default() -> Self {
+        Self {
+            watched: Mutex::default(),
+            ticks: AtomicU64::new(0),
+            tick_ns: AtomicU64::new(MAX_TICK.as_nanos() as u64),
+            started: AtomicBool::new(false),
+        }
+    }
 }
 
 /// What the detector keeps about one incarnation.
@@ -68,8 +78,7 @@ impl Watchdogs {
         actor: ActorRef<SlotMsg>,
         child: String,
     ) {
-        let tick = (timeout / 4).clamp(MIN_TICK, MAX_TICK).as_nanos() as u64;
-        self.tick_ns.fetch_min(tick, Ordering::Relaxed);
+        self.shorten_tick_for(timeout);
         let entry =
             Watched { actor, child, generation, timeout, heartbeat: 0, since: Instant::now(), ended_since: None };
         let mut watched = lock(&self.watched);
@@ -93,11 +102,14 @@ impl Watchdogs {
         }
     }
 
+    /// Makes the tick at most a quarter of `timeout` (within the bounds above).
+    fn shorten_tick_for(&self, timeout: Duration) {
+        let tick = (timeout / 4).clamp(MIN_TICK, MAX_TICK).as_nanos() as u64;
+        self.tick_ns.fetch_min(tick, Ordering::Relaxed);
+    }
+
     fn tick(&self) -> Duration {
-        match self.tick_ns.load(Ordering::Relaxed) {
-            0 => MAX_TICK,
-            ns => Duration::from_nanos(ns),
-        }
+        Duration::from_nanos(self.tick_ns.load(Ordering::Relaxed))
     }
 
     /// One look at every watched slot; a verdict goes to the slot actor, which stops being watched.
@@ -183,5 +195,24 @@ async fn run(watchdogs: Weak<Watchdogs>, device: impl Fn() -> Option<Device>) {
         tokio::time::sleep(tick).await;
         let (Some(w), Some(device)) = (watchdogs.upgrade(), device()) else { return };
         w.check_all(&device);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tick_is_a_quarter_of_the_shortest_timeout_within_bounds() {
+        let w = Watchdogs::default();
+        assert_eq!(w.tick(), MAX_TICK, "nothing watched yet");
+        w.shorten_tick_for(Duration::from_secs(1));
+        assert_eq!(w.tick(), MAX_TICK);
+        w.shorten_tick_for(Duration::from_millis(200));
+        assert_eq!(w.tick(), Duration::from_millis(50));
+        w.shorten_tick_for(Duration::from_secs(2));
+        assert_eq!(w.tick(), Duration::from_millis(50), "a longer timeout does not lengthen it");
+        w.shorten_tick_for(Duration::from_millis(1));
+        assert_eq!(w.tick(), MIN_TICK);
     }
 }
