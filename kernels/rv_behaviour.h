@@ -42,13 +42,24 @@ RV_API uint32_t rv_self(rv_actor_ctx *ctx);
 RV_API uint32_t rv_generation(rv_actor_ctx *ctx);
 /* Device clock, nanoseconds. */
 RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx);
-/* Reply to the host (at most once per message; a no-op when the sender asked for no reply). */
+/* The message's payload and its length. A payload over RV_PAYLOAD_BYTES (a "large" message, flag
+ * RV_FLAG_BULK) lies outside the envelope, in the slot's bulk area: read every payload through these two and a
+ * behaviour takes messages of any size. Valid while the behaviour runs for this message. */
+RV_API const uint8_t *rv_payload(rv_actor_ctx *ctx, const rv_envelope *msg);
+RV_API uint32_t rv_payload_len(rv_actor_ctx *ctx, const rv_envelope *msg);
+/* The largest payload rv_reply, rv_send and rv_forward take on this device: RV_PAYLOAD_BYTES, or the bulk areas'
+ * size (DeviceConfig::bulk_bytes) when that is larger. */
+RV_API uint32_t rv_max_payload(rv_actor_ctx *ctx);
+/* Reply to the host (at most once per message; a no-op when the sender asked for no reply). A large reply
+ * returns RV_ERR_OUTBOX_FULL while the host has not yet read enough earlier ones: return RV_STALL and the
+ * message is offered again. */
 RV_API int rv_reply(rv_actor_ctx *ctx, const void *payload, uint32_t len);
 /* Answer the host with an error code instead of a reply (same rules as rv_reply). */
 RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail);
 /* Send a notification to another actor's kernel-to-kernel inbox (at most RV_MAX_SENDS_PER_MESSAGE sends per
  * message). The receiver cannot reply to the host about it. Returns RV_ERR_SLOT_RANGE,
- * RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure. */
+ * RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure (K2K_FULL: no cell, or for a large
+ * payload no bulk room or another large send in progress, now: return RV_STALL to try again). */
 RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
 /* Like rv_send, but hands the duty to answer the current message to the receiver: its rv_reply answers the
  * host's original message (same correlation). The forwarding actor may then not reply itself. */

@@ -20,7 +20,7 @@
 #include "rv_port.h"
 
 #define RV_MAGIC 0x52564752u /* "RGVR" */
-#define RV_PROTOCOL_VERSION 2u
+#define RV_PROTOCOL_VERSION 3u
 #define RV_PAYLOAD_BYTES 96u
 #define RV_INIT_BYTES 96u
 #define RV_MAX_BEHAVIOURS 256u
@@ -72,6 +72,10 @@
 #define RV_KIND_ERROR 5u /* device -> host: the message was rejected; payload is an rv_error_payload */
 #define RV_KIND_VOID 6u  /* a kernel-to-kernel cell whose send was aborted: skipped by the consumer */
 #define RV_FLAG_NO_REPLY 1u
+/* The payload (over RV_PAYLOAD_BYTES) lies in a bulk area: the envelope's payload is an rv_bulk_ref to it. */
+#define RV_FLAG_BULK 2u
+/* Most bytes per bulk area of a slot (DeviceConfig's bulk_bytes: a power of two, or 0 for none). */
+#define RV_MAX_BULK_BYTES (1u << 24)
 
 /* Fault-injection bits (control block, host-written line). Executed by the device code. */
 #define RV_FAULT_CRASH_NEXT 1u /* fail with RV_ERR_INJECTED on the next message */
@@ -100,6 +104,7 @@
 #define RV_ERR_INJECTED 12
 #define RV_ERR_POISON 13
 #define RV_ERR_TARGET_GONE 14 /* kernel-to-kernel target not running, or discarded by a kill/restart */
+#define RV_ERR_OUTBOX_FULL 15 /* no room in the outbox's bulk area for a large reply now: return RV_STALL */
 #define RV_ERR_USER_BASE 1000 /* behaviours report their own failures from here on */
 
 /* Step results (bit set). */
@@ -121,6 +126,15 @@ typedef struct RV_ALIGN(16) rv_envelope {
     uint64_t hlc; /* hybrid logical clock: (physical ms << 16) | logical */
     uint8_t payload[RV_PAYLOAD_BYTES];
 } rv_envelope;
+
+/* Payload of an RV_FLAG_BULK envelope: where its bytes lie in a slot's bulk area of B bytes (a power of two).
+ * Bulk areas are byte rings with free-running u32 counters: the message occupies [end - len, end), never
+ * wrapping (a producer skips to the area's start when the rest does not fit), so it starts at
+ * (end - len) % B and (end - len) % B + len <= B. Consumers free an area in message order (up to `end`). */
+typedef struct rv_bulk_ref {
+    uint32_t end;
+    uint32_t len;
+} rv_bulk_ref;
 
 /* Payload of an RV_KIND_ERROR envelope. */
 typedef struct rv_error_payload {
@@ -176,7 +190,8 @@ typedef struct RV_ALIGN(64) rv_control_block {
     uint32_t outbox_head; /* consumer of the outbox: the host */
     uint32_t host_seq;    /* the host bumps it (release) after every write the actor must notice: a message
                            * published, a fault injected. An idle actor reads only this word. */
-    uint8_t host_index_reserved[52];
+    uint32_t outbox_bulk_head; /* consumer of the outbox's bulk area: the host (bytes, free-running) */
+    uint8_t host_index_reserved[48];
 } rv_control_block;
 
 /* ---------------------------------------------------------------------------------------------------
@@ -241,7 +256,11 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     int64_t clock_offset_ns;
     uint64_t off_actor_records; /* local: one rv_actor_record per slot */
     uint64_t off_doorbells;     /* shared: one uint32_t per possible block (slot_count + 1), see rv_entry.cu */
-    uint8_t config_reserved[32];
+    uint32_t bulk_bytes;        /* bytes of each of a slot's three bulk areas (messages over RV_PAYLOAD_BYTES) */
+    uint32_t bulk_reserved;
+    uint64_t off_inbox_bulk;  /* shared: host -> actor, bulk_bytes per slot */
+    uint64_t off_outbox_bulk; /* shared: actor -> host, bulk_bytes per slot */
+    uint64_t off_k2k_bulk;    /* local: actor -> actor, bulk_bytes per slot */
 
     /* line 3: host runtime flags. */
     uint32_t terminate;
@@ -298,7 +317,7 @@ typedef struct RV_ALIGN(64) rv_actor_record {
     uint32_t seen_host_seq;   /* host_seq when the last full step began */
     uint32_t seen_device_seq; /* device_seq when the last full step began */
     uint32_t quiet;           /* RV_QUIET_*: the last full step found nothing to do */
-    uint32_t reserved0;
+    uint32_t outbox_bulk_tail; /* producer of the outbox's bulk area (bytes, free-running; kept across incarnations) */
     uint64_t beats;        /* heartbeats so far (the control block's heartbeat is a copy) */
     uint64_t next_beat_ns; /* an idle Active slot beats at most once per RV_IDLE_BEAT_NS */
     uint8_t reserved[32];
@@ -306,10 +325,14 @@ typedef struct RV_ALIGN(64) rv_actor_record {
 
 /* Per-slot kernel-to-kernel ring indices: multi-producer tail and single-consumer head, separate lines. */
 typedef struct RV_ALIGN(64) rv_k2k_meta {
-    uint32_t tail; /* producers reserve with CAS */
-    uint8_t pad0[60];
-    uint32_t head; /* the actor (or block 0 while the slot is not running) */
-    uint8_t pad1[60];
+    uint32_t tail;      /* producers reserve with CAS */
+    uint32_t bulk_lock; /* a large send holds it (try-lock, never waited for) while it reserves bulk bytes and
+                         * its cell, so bulk bytes are reserved in cell order */
+    uint32_t bulk_tail; /* producer of the bulk area, written under bulk_lock */
+    uint8_t pad0[52];
+    uint32_t head;      /* the actor (or block 0 while the slot is not running) */
+    uint32_t bulk_head; /* consumer of the bulk area: freed up to the end of each large message consumed */
+    uint8_t pad1[56];
 } rv_k2k_meta;
 
 /* A kernel-to-kernel cell: bounded MPSC queue cell with a sequence number (Vyukov). */
@@ -328,6 +351,7 @@ typedef struct rv_grid_params {
     uint32_t command_capacity;
     uint32_t event_capacity;
     uint32_t state_bytes;
+    uint32_t bulk_bytes; /* 0 (no messages over RV_PAYLOAD_BYTES) or a power of two up to RV_MAX_BULK_BYTES */
 } rv_grid_params;
 
 RV_STATIC_ASSERT(sizeof(rv_envelope) == 128, "envelope is 128 bytes");
@@ -343,5 +367,6 @@ RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
 RV_STATIC_ASSERT(sizeof(rv_sv_record) == 320, "supervisor record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");
+RV_STATIC_ASSERT(sizeof(rv_bulk_ref) <= RV_PAYLOAD_BYTES, "a bulk reference fits an envelope's payload");
 
 #endif /* RV_LAYOUT_H */

@@ -37,6 +37,9 @@ typedef struct rv_grid_view {
     rv_local_header *local_header;
     rv_actor_record *actors;
     uint32_t *doorbells;
+    uint8_t *inbox_bulk;  /* shared: host -> actor bulk areas, bulk_bytes per slot */
+    uint8_t *outbox_bulk; /* shared: actor -> host */
+    uint8_t *k2k_bulk;    /* local: actor -> actor */
     /* The CPU backend's run set (host memory of the view's own, NULL where blocks sweep their slots): one bit
      * per slot that may have work (`work`, 32 slots a word) and one bit per non-empty word (`work_summary`). */
     uint32_t *work;
@@ -49,6 +52,7 @@ typedef struct rv_grid_view {
     uint32_t command_capacity;
     uint32_t event_capacity;
     uint32_t state_bytes;
+    uint32_t bulk_bytes; /* 0: no bulk areas (every payload inline) */
     const rv_behaviour_fn *behaviours; /* CPU backend: table indexed by id; NULL on CUDA */
 } rv_grid_view;
 
@@ -62,6 +66,8 @@ struct rv_actor_ctx {
     uint64_t hlc;
     rv_envelope reply; /* the staged reply, built here and copied to the outbox on commit (16-byte stores) */
     uint32_t reply_staged;
+    uint32_t reply_bulk;     /* the staged reply is large: its bytes wait in the outbox's bulk area ... */
+    uint32_t reply_bulk_end; /* ... and on commit the area's producer counter moves to here */
     uint32_t reply_forwarded; /* the duty to reply went to another actor with rv_forward */
     uint32_t send_count;
     rv_k2k_cell *send_cells[RV_MAX_SENDS_PER_MESSAGE];
@@ -147,8 +153,54 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
     ctx->msg = msg;
     ctx->hlc = ctx->cb->hlc;
     ctx->reply_staged = 0;
+    ctx->reply_bulk = 0;
     ctx->reply_forwarded = 0;
     ctx->send_count = 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Bulk areas: a slot's byte rings for payloads over RV_PAYLOAD_BYTES (see rv_bulk_ref in rv_layout.h).
+ * ---------------------------------------------------------------------------------------------- */
+/* Where the bytes an envelope's bulk reference names lie in `slot`'s area of `areas`, or NULL when the
+ * reference is malformed or names anything outside that one area (whatever the values, nothing outside it is
+ * ever read or written through it). */
+RV_FN uint8_t *rv_bulk_at(const rv_grid_view *g, uint8_t *areas, uint32_t slot, const rv_envelope *e) {
+    uint32_t size = g->bulk_bytes;
+    if (size == 0 || !(e->flags & RV_FLAG_BULK) || e->payload_len != sizeof(rv_bulk_ref)) return 0;
+    rv_bulk_ref r;
+    rv_copy_bytes(&r, e->payload, sizeof(r));
+    uint32_t start = (r.end - r.len) & (size - 1);
+    if (r.len > size || start + r.len > size) return 0; /* both terms <= RV_MAX_BULK_BYTES: no overflow */
+    return areas + (uint64_t)slot * size + start;
+}
+
+/* Reserves `len` bytes (1 to `size`) in a bulk area of `size` bytes whose producer counter is `tail` and
+ * consumer counter `head`: 16-byte aligned, never wrapping (skips to the area's start when the rest is too
+ * short). The bytes in use are [head, tail): the new ones fit if they end within `size` of `head`, or anywhere
+ * when nothing is in use (head == tail). Returns the new producer counter (the reference's end), or `tail`
+ * itself when there is no room now. */
+RV_FN uint32_t rv_bulk_reserve(uint32_t size, uint32_t tail, uint32_t head, uint32_t len) {
+    uint32_t start = (tail + 15u) & ~15u;
+    if ((start & (size - 1)) + len > size) start = (start + size - 1) & ~(size - 1);
+    uint32_t end = start + len;
+    return (end - head > size && head != tail) ? tail : end;
+}
+
+/* Makes `e` a reference to `len` bytes ending at `end`. */
+RV_FN void rv_bulk_ref_set(rv_envelope *e, uint32_t end, uint32_t len) {
+    rv_bulk_ref r;
+    r.end = end;
+    r.len = len;
+    e->flags |= (uint8_t)RV_FLAG_BULK;
+    e->payload_len = (uint16_t)sizeof(r);
+    rv_copy_bytes(e->payload, &r, sizeof(r));
+}
+
+/* The end counter of a bulk envelope's reference (what consuming it frees up to). */
+RV_FN uint32_t rv_bulk_end(const rv_envelope *e) {
+    rv_bulk_ref r;
+    rv_copy_bytes(&r, e->payload, sizeof(r));
+    return r.end;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -167,6 +219,8 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
         p->command_capacity > (1u << 20) || p->event_capacity > (1u << 20))
         return RV_ERR_BAD_COMMAND;
     if (p->state_bytes == 0 || p->state_bytes % 64 != 0 || p->state_bytes > (1u << 24)) return RV_ERR_BAD_COMMAND;
+    if (p->bulk_bytes != 0 && (!rv_is_pow2(p->bulk_bytes) || p->bulk_bytes < 256 || p->bulk_bytes > RV_MAX_BULK_BYTES))
+        return RV_ERR_BAD_COMMAND;
     rv_zero_bytes(h, sizeof(rv_grid_header));
     h->magic = RV_MAGIC;
     h->version = RV_PROTOCOL_VERSION;
@@ -178,6 +232,7 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     h->event_capacity = p->event_capacity;
     h->state_bytes = p->state_bytes;
     h->payload_bytes = RV_PAYLOAD_BYTES;
+    h->bulk_bytes = p->bulk_bytes;
     uint64_t n = p->slot_count;
     uint64_t off = sizeof(rv_grid_header);
     h->off_blocks = off;
@@ -192,6 +247,10 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     off = rv_align_up(off + n * p->outbox_capacity * sizeof(rv_envelope), 64);
     h->off_doorbells = off;
     off = rv_align_up(off + (n + 1) * sizeof(uint32_t), 64);
+    h->off_inbox_bulk = off;
+    off = rv_align_up(off + n * p->bulk_bytes, 64);
+    h->off_outbox_bulk = off;
+    off = rv_align_up(off + n * p->bulk_bytes, 64);
     h->shared_bytes = off;
     off = sizeof(rv_local_header);
     h->off_sv_records = off;
@@ -206,6 +265,8 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     off = rv_align_up(off + n * p->k2k_capacity * sizeof(rv_k2k_cell), 64);
     h->off_state = off;
     off = rv_align_up(off + n * p->state_bytes, 64);
+    h->off_k2k_bulk = off;
+    off = rv_align_up(off + n * p->bulk_bytes, 64);
     h->local_bytes = off;
     return RV_OK;
 }
@@ -230,6 +291,9 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->local_header = (rv_local_header *)l;
     v->actors = (rv_actor_record *)(l + h->off_actor_records);
     v->doorbells = (uint32_t *)(s + h->off_doorbells);
+    v->inbox_bulk = s + h->off_inbox_bulk;
+    v->outbox_bulk = s + h->off_outbox_bulk;
+    v->k2k_bulk = l + h->off_k2k_bulk;
     v->work = 0;
     v->work_summary = 0;
     v->clock_offset_ns = h->clock_offset_ns;
@@ -240,6 +304,7 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->command_capacity = h->command_capacity;
     v->event_capacity = h->event_capacity;
     v->state_bytes = h->state_bytes;
+    v->bulk_bytes = h->bulk_bytes;
     v->behaviours = behaviours;
     return RV_OK;
 }
@@ -261,11 +326,45 @@ RV_API uint32_t rv_self(rv_actor_ctx *ctx) { return ctx->slot; }
 RV_API uint32_t rv_generation(rv_actor_ctx *ctx) { return ctx->generation; }
 RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) { return rv_grid_now_ns(ctx->g); }
 
+/* A host message's bytes lie in the slot's inbox bulk area, a kernel-to-kernel message's in its k2k one. The
+ * step validated the reference before the behaviour runs; a bad one reads as an empty payload. */
+RV_API const uint8_t *rv_payload(rv_actor_ctx *ctx, const rv_envelope *msg) {
+    if (!(msg->flags & RV_FLAG_BULK)) return msg->payload;
+    uint8_t *areas = msg->kind == RV_KIND_K2K ? ctx->g->k2k_bulk : ctx->g->inbox_bulk;
+    const uint8_t *p = rv_bulk_at(ctx->g, areas, ctx->slot, msg);
+    return p != 0 ? p : msg->payload;
+}
+
+RV_API uint32_t rv_payload_len(rv_actor_ctx *ctx, const rv_envelope *msg) {
+    if (!(msg->flags & RV_FLAG_BULK)) return msg->payload_len <= RV_PAYLOAD_BYTES ? msg->payload_len : 0;
+    uint8_t *areas = msg->kind == RV_KIND_K2K ? ctx->g->k2k_bulk : ctx->g->inbox_bulk;
+    if (rv_bulk_at(ctx->g, areas, ctx->slot, msg) == 0) return 0;
+    rv_bulk_ref r;
+    rv_copy_bytes(&r, msg->payload, sizeof(r));
+    return r.len;
+}
+
+RV_API uint32_t rv_max_payload(rv_actor_ctx *ctx) {
+    return ctx->g->bulk_bytes > RV_PAYLOAD_BYTES ? ctx->g->bulk_bytes : RV_PAYLOAD_BYTES;
+}
+
 RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, uint32_t len) {
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
     if (ctx->reply_staged || ctx->reply_forwarded) return RV_ERR_LIMIT;
-    if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
+    if (len > rv_max_payload(ctx)) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->msg->flags & RV_FLAG_NO_REPLY) return RV_OK;
+    const rv_grid_view *g = ctx->g;
+    uint32_t bulk_end = 0;
+    if (len > RV_PAYLOAD_BYTES) {
+        /* The bytes go straight into the outbox's bulk area, past its producer counter: published (the counter
+         * moved) only on commit, overwritten by the next reply otherwise. */
+        rv_actor_record *ar = &g->actors[ctx->slot];
+        uint32_t head = rv_load_acquire_u32(&ctx->cb->outbox_bulk_head);
+        bulk_end = rv_bulk_reserve(g->bulk_bytes, ar->outbox_bulk_tail, head, len);
+        if (bulk_end == ar->outbox_bulk_tail) return RV_ERR_OUTBOX_FULL; /* len > 0: a reservation moves it */
+        uint32_t start = (bulk_end - len) & (g->bulk_bytes - 1);
+        rv_copy_bytes(g->outbox_bulk + (uint64_t)ctx->slot * g->bulk_bytes + start, payload, len);
+    }
     /* Staged locally; space for one outbox cell was checked before the message was dispatched. */
     rv_envelope *e = &ctx->reply;
     e->kind = kind;
@@ -276,7 +375,13 @@ RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, u
     e->generation = ctx->generation;
     e->correlation = ctx->msg->correlation;
     e->hlc = ctx->hlc;
-    rv_copy_bytes(e->payload, payload, len);
+    if (len > RV_PAYLOAD_BYTES) {
+        rv_bulk_ref_set(e, bulk_end, len);
+        ctx->reply_bulk = 1;
+        ctx->reply_bulk_end = bulk_end;
+    } else {
+        rv_copy_bytes(e->payload, payload, len);
+    }
     ctx->reply_staged = 1;
     return RV_OK;
 }
@@ -296,12 +401,25 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
     const rv_grid_view *g = ctx->g;
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
     if (destination >= g->slot_count) return RV_ERR_SLOT_RANGE;
-    if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
+    if (len > rv_max_payload(ctx)) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->send_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
     uint32_t target_state = rv_load_acquire_u32(&g->blocks[destination].state);
     if (target_state != RV_STATE_ACTIVE && target_state != RV_STATE_DRAINING) return RV_ERR_TARGET_GONE;
-    /* Reserve a cell in the destination's bounded MPSC queue (device-scope CAS, LOCAL memory). */
     rv_k2k_meta *meta = &g->k2k_meta[destination];
+    int bulk = len > RV_PAYLOAD_BYTES;
+    uint32_t bulk_end = 0;
+    if (bulk) {
+        /* A large send reserves its bulk bytes and its cell under the ring's bulk lock, so bulk bytes are taken in
+         * cell order and the consumer frees them in that order. A try-lock: a busy lock is "full for now". */
+        if (rv_cas_u32(&meta->bulk_lock, 0, 1) != 0) return RV_ERR_K2K_FULL;
+        uint32_t tail = rv_load_relaxed_dev_u32(&meta->bulk_tail);
+        bulk_end = rv_bulk_reserve(g->bulk_bytes, tail, rv_load_acquire_dev_u32(&meta->bulk_head), len);
+        if (bulk_end == tail) {
+            rv_store_release_dev_u32(&meta->bulk_lock, 0);
+            return RV_ERR_K2K_FULL;
+        }
+    }
+    /* Reserve a cell in the destination's bounded MPSC queue (device-scope CAS, LOCAL memory). */
     uint32_t pos = rv_load_relaxed_dev_u32(&meta->tail);
     rv_k2k_cell *cell;
     for (;;) {
@@ -313,10 +431,15 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
             if (seen == pos) break;
             pos = seen;
         } else if (dif < 0) {
+            if (bulk) rv_store_release_dev_u32(&meta->bulk_lock, 0);
             return RV_ERR_K2K_FULL;
         } else {
             pos = rv_load_relaxed_dev_u32(&meta->tail);
         }
+    }
+    if (bulk) {
+        rv_store_release_dev_u32(&meta->bulk_tail, bulk_end);
+        rv_store_release_dev_u32(&meta->bulk_lock, 0);
     }
     rv_envelope *e = &cell->env;
     e->kind = RV_KIND_K2K;
@@ -327,7 +450,14 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
     e->generation = ctx->generation;
     e->correlation = ctx->msg->correlation;
     e->hlc = ctx->hlc;
-    rv_copy_bytes(e->payload, payload, len);
+    if (bulk) {
+        /* The cell and these bytes are this sender's until it publishes the cell (rv_finish_message). */
+        uint32_t start = (bulk_end - len) & (g->bulk_bytes - 1);
+        rv_copy_bytes(g->k2k_bulk + (uint64_t)destination * g->bulk_bytes + start, payload, len);
+        rv_bulk_ref_set(e, bulk_end, len);
+    } else {
+        rv_copy_bytes(e->payload, payload, len);
+    }
     ctx->send_cells[ctx->send_count] = cell;
     ctx->send_pos[ctx->send_count] = pos;
     ctx->send_count += 1;
@@ -367,10 +497,12 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
         if (ok) {
             uint32_t tail = ctx->cb->outbox_tail;
             rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, tail), &ctx->reply);
+            if (ctx->reply_bulk) ctx->g->actors[ctx->slot].outbox_bulk_tail = ctx->reply_bulk_end;
             rv_store_release_u32(&ctx->cb->outbox_tail, tail + 1);
             out |= RV_STEP_REPLIED;
         }
         ctx->reply_staged = 0;
+        ctx->reply_bulk = 0;
     }
     return out;
 }
@@ -408,8 +540,11 @@ RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb) {
     return used < g->outbox_capacity;
 }
 
-RV_FN int rv_envelope_valid(const rv_envelope *e, uint32_t slot) {
-    return e->kind == RV_KIND_USER && e->payload_len <= RV_PAYLOAD_BYTES && e->destination == slot;
+/* A host message is well formed: a user message for this slot, its payload inline or in the slot's inbox bulk
+ * area (a reference that names bytes outside that area is refused). */
+RV_FN int rv_envelope_valid(const rv_grid_view *g, const rv_envelope *e, uint32_t slot) {
+    if (e->kind != RV_KIND_USER || e->payload_len > RV_PAYLOAD_BYTES || e->destination != slot) return 0;
+    return !(e->flags & RV_FLAG_BULK) || rv_bulk_at(g, g->inbox_bulk, slot, e) != 0;
 }
 
 /* The next message of a step: its context, and the actor's clock merged with the message's. */
@@ -436,8 +571,10 @@ RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx
 /* The behaviour asked to stall (rv_stall_for): the step ends at once. */
 RV_FN int rv_stall_requested(const rv_control_block *cb) { return rv_load_relaxed_u64(&cb->stall_until_ns) != 0; }
 
-/* Gives a consumed kernel-to-kernel cell back to its producers. */
+/* Gives a consumed kernel-to-kernel cell back to its producers, and its bulk bytes if it had any (voided sends
+ * included: their bytes were reserved too). */
 RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell *cell, uint32_t khead) {
+    if (cell->env.flags & RV_FLAG_BULK) rv_store_release_dev_u32(&meta->bulk_head, rv_bulk_end(&cell->env));
     rv_store_release_dev_u32(&cell->seq, khead + g->k2k_capacity);
     meta->head = khead + 1;
 }
@@ -586,7 +723,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
         int corrupt = (faults & RV_FAULT_CORRUPT_NEXT) && fault_seq != cb->fault_ack;
         if (corrupt) cb->fault_ack = fault_seq;
-        if (corrupt || !rv_envelope_valid(msg, slot)) {
+        if (corrupt || !rv_envelope_valid(g, msg, slot)) {
             cb->bad_envelopes += 1;
             rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
             out |= rv_finish_message(&ctx, 1);
@@ -726,8 +863,7 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
                 room -= 1;
             }
         }
-        rv_store_release_dev_u32(&cell->seq, khead + g->k2k_capacity);
-        meta->head = khead + 1;
+        rv_k2k_release(g, meta, cell, khead);
     }
     if (tail != cb->outbox_tail) rv_store_release_u32(&cb->outbox_tail, tail);
     cb->k2k_dropped += dropped;

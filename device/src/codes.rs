@@ -35,6 +35,8 @@ pub enum DeviceCode {
     Poison,
     /// A kernel-to-kernel message's target is not running, or discarded it when it was killed or restarted.
     TargetGone,
+    /// No room in the outbox's bulk area for a large reply now (the behaviour may return `RV_STALL`).
+    OutboxFull,
     /// A behaviour's own failure code (>= 1000).
     User(i32),
     /// A code this version does not know.
@@ -59,6 +61,7 @@ impl DeviceCode {
             RV_ERR_INJECTED => Self::Injected,
             RV_ERR_POISON => Self::Poison,
             RV_ERR_TARGET_GONE => Self::TargetGone,
+            RV_ERR_OUTBOX_FULL => Self::OutboxFull,
             c if c >= RV_ERR_USER_BASE => Self::User(c),
             c => Self::Other(c),
         }
@@ -81,6 +84,7 @@ impl DeviceCode {
             Self::Injected => RV_ERR_INJECTED,
             Self::Poison => RV_ERR_POISON,
             Self::TargetGone => RV_ERR_TARGET_GONE,
+            Self::OutboxFull => RV_ERR_OUTBOX_FULL,
             Self::User(c) | Self::Other(c) => c,
         }
     }

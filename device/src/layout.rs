@@ -15,7 +15,7 @@ use core::mem::{align_of, offset_of, size_of};
 /// Magic number at the start of the grid header ("RGVR").
 pub const RV_MAGIC: u32 = 0x5256_4752;
 /// Version of the shared layout and protocol.
-pub const RV_PROTOCOL_VERSION: u32 = 2;
+pub const RV_PROTOCOL_VERSION: u32 = 3;
 /// Payload bytes in one envelope.
 pub const RV_PAYLOAD_BYTES: u32 = 96;
 /// Init bytes carried by a Create / Restart command.
@@ -80,6 +80,10 @@ pub const RV_KIND_ERROR: u32 = 5;
 pub const RV_KIND_VOID: u32 = 6;
 /// Envelope flag: the sender wants no reply.
 pub const RV_FLAG_NO_REPLY: u32 = 1;
+/// Envelope flag: the payload lies in a bulk area; the envelope's payload is an [`RawBulkRef`].
+pub const RV_FLAG_BULK: u32 = 2;
+/// Most bytes a slot's bulk area may have.
+pub const RV_MAX_BULK_BYTES: u32 = 1 << 24;
 
 /// Fault-injection bit: fail on the next message.
 pub const RV_FAULT_CRASH_NEXT: u32 = 1;
@@ -111,6 +115,8 @@ pub const RV_ERR_NOT_ALLOWED: i32 = 11;
 pub const RV_ERR_INJECTED: i32 = 12;
 pub const RV_ERR_POISON: i32 = 13;
 pub const RV_ERR_TARGET_GONE: i32 = 14;
+/// No room in the outbox's bulk area for a large reply now.
+pub const RV_ERR_OUTBOX_FULL: i32 = 15;
 pub const RV_ERR_USER_BASE: i32 = 1000;
 
 /// Step result bits.
@@ -182,7 +188,8 @@ pub struct RawControlBlock {
     pub inbox_tail: u32,
     pub outbox_head: u32,
     pub host_seq: u32,
-    pub host_index_reserved: [u8; 52],
+    pub outbox_bulk_head: u32,
+    pub host_index_reserved: [u8; 48],
 }
 
 /// `rv_command`: one record of the command ring (host to block 0).
@@ -247,7 +254,11 @@ pub struct RawGridHeader {
     pub clock_offset_ns: i64,
     pub off_actor_records: u64,
     pub off_doorbells: u64,
-    pub config_reserved: [u8; 32],
+    pub bulk_bytes: u32,
+    pub bulk_reserved: u32,
+    pub off_inbox_bulk: u64,
+    pub off_outbox_bulk: u64,
+    pub off_k2k_bulk: u64,
     pub terminate: u32,
     pub device_faults: u32,
     pub host_reserved: [u8; 56],
@@ -281,7 +292,7 @@ pub struct RawActorRecord {
     pub seen_host_seq: u32,
     pub seen_device_seq: u32,
     pub quiet: u32,
-    pub reserved0: u32,
+    pub outbox_bulk_tail: u32,
     pub beats: u64,
     pub next_beat_ns: u64,
     pub reserved: [u8; 32],
@@ -309,9 +320,20 @@ pub struct RawSvRecord {
 #[derive(Clone, Copy, Debug)]
 pub struct RawK2kMeta {
     pub tail: u32,
-    pub pad0: [u8; 60],
+    pub bulk_lock: u32,
+    pub bulk_tail: u32,
+    pub pad0: [u8; 52],
     pub head: u32,
-    pub pad1: [u8; 60],
+    pub bulk_head: u32,
+    pub pad1: [u8; 56],
+}
+
+/// `rv_bulk_ref`: the payload of an `RV_FLAG_BULK` envelope (where its bytes lie in a bulk area).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawBulkRef {
+    pub end: u32,
+    pub len: u32,
 }
 
 /// `rv_k2k_cell`: one cell of a kernel-to-kernel ring.
@@ -334,6 +356,7 @@ pub struct RawGridParams {
     pub command_capacity: u32,
     pub event_capacity: u32,
     pub state_bytes: u32,
+    pub bulk_bytes: u32,
 }
 
 // Compile-time checks of the invariants the C side also asserts. The field-by-field comparison with the C

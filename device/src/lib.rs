@@ -17,6 +17,7 @@
 
 mod backend;
 pub mod behaviour;
+mod bulk;
 mod codes;
 mod device;
 pub mod error;

@@ -1,6 +1,8 @@
 //! Messages as the host sees them: envelopes, replies, and typed payloads.
 //!
-//! Payloads are at most [`PAYLOAD_BYTES`] bytes. Plain `#[repr(C)]` types that implement [`bytemuck::Pod`] go
+//! A payload of up to [`PAYLOAD_BYTES`] bytes travels inside its envelope; a larger one (up to the device's
+//! `DeviceConfig::bulk_bytes`, see [`Device::max_payload`](crate::Device::max_payload)) in the slot's bulk
+//! area, which the envelope refers to; [`Envelope::payload`] is the whole payload either way. Plain `#[repr(C)]` types that implement [`bytemuck::Pod`] go
 //! zero-copy ([`pod_bytes`], [`Reply::decode`]); host-side types that need a validated encoding use rkyv
 //! ([`encode_archived`], [`decode_archived`]), which checks the bytes before anything is read from them.
 
@@ -30,7 +32,14 @@ impl Endpoint {
     }
 }
 
-/// An envelope: header fields and up to [`PAYLOAD_BYTES`] of payload.
+/// An envelope's payload: inline, or the bytes of a large message (read from its bulk area).
+#[derive(Clone, PartialEq, Eq)]
+enum Body {
+    Inline { len: u16, bytes: [u8; PAYLOAD_BYTES] },
+    Large(Box<[u8]>),
+}
+
+/// An envelope: header fields and its payload (inline up to [`PAYLOAD_BYTES`], or a large message's bytes).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Envelope {
     /// `RV_KIND_*`.
@@ -47,8 +56,7 @@ pub struct Envelope {
     pub correlation: u64,
     /// Hybrid logical clock timestamp.
     pub hlc: u64,
-    len: u16,
-    payload: [u8; PAYLOAD_BYTES],
+    body: Body,
 }
 
 impl std::fmt::Debug for Envelope {
@@ -67,16 +75,15 @@ impl std::fmt::Debug for Envelope {
 }
 
 impl Envelope {
-    /// A host-to-actor envelope; fails if the payload does not fit.
+    /// A host-to-actor envelope; fails if the payload does not fit one envelope (a larger one goes through
+    /// [`Device::send`](crate::Device::send) and friends, which know the device's bulk areas).
     pub fn to_actor(destination: u32, correlation: u64, payload: &[u8], want_reply: bool) -> Result<Self, DeviceError> {
         check_payload(payload)?;
         Ok(Self::to_actor_unchecked(destination, correlation, payload, want_reply))
     }
 
-    /// [`Envelope::to_actor`] for a payload [`check_payload`] accepted.
+    /// A host-to-actor envelope for a payload of any length (the caller checked it against the device's limit).
     pub(crate) fn to_actor_unchecked(destination: u32, correlation: u64, payload: &[u8], want_reply: bool) -> Self {
-        let mut bytes = [0u8; PAYLOAD_BYTES];
-        bytes[..payload.len()].copy_from_slice(payload);
         Self {
             kind: RV_KIND_USER as u8,
             flags: if want_reply { 0 } else { RV_FLAG_NO_REPLY as u8 },
@@ -85,8 +92,7 @@ impl Envelope {
             generation: 0,
             correlation,
             hlc: 0,
-            len: payload.len() as u16,
-            payload: bytes,
+            body: Body::from_slice(payload),
         }
     }
 
@@ -95,9 +101,26 @@ impl Envelope {
         Endpoint::from_raw(self.source)
     }
 
-    /// The payload bytes.
+    /// The payload bytes (a large message's whole payload).
     pub fn payload(&self) -> &[u8] {
-        &self.payload[..(self.len as usize).min(PAYLOAD_BYTES)]
+        match &self.body {
+            Body::Inline { len, bytes } => &bytes[..(*len as usize).min(PAYLOAD_BYTES)],
+            Body::Large(bytes) => bytes,
+        }
+    }
+
+    /// Whether the payload is larger than one envelope holds (it travelled in a bulk area).
+    pub fn is_large(&self) -> bool {
+        matches!(self.body, Body::Large(_))
+    }
+
+    /// An envelope as read from a ring: `large` holds a large message's bytes, read from its bulk area.
+    pub(crate) fn from_raw_parts(raw: &RawEnvelope, large: Option<Vec<u8>>) -> Self {
+        let mut env = Self::from_raw(raw);
+        if let Some(bytes) = large {
+            env.body = Body::Large(bytes.into_boxed_slice());
+        }
+        env
     }
 
     pub(crate) fn from_raw(raw: &RawEnvelope) -> Self {
@@ -109,22 +132,27 @@ impl Envelope {
             generation: raw.generation,
             correlation: raw.correlation,
             hlc: raw.hlc,
-            len: raw.payload_len.min(RV_PAYLOAD_BYTES as u16),
-            payload: raw.payload,
+            body: Body::Inline { len: raw.payload_len.min(RV_PAYLOAD_BYTES as u16), bytes: raw.payload },
         }
     }
 
+    /// The envelope as written to a ring. A large message's payload is not in it: the writer puts the bytes in
+    /// the bulk area and the reference in the envelope (`bulk::set_reference`).
     pub(crate) fn to_raw(&self) -> RawEnvelope {
+        let (len, payload) = match &self.body {
+            Body::Inline { len, bytes } => (*len, *bytes),
+            Body::Large(_) => (0, [0u8; PAYLOAD_BYTES]),
+        };
         RawEnvelope {
             kind: self.kind,
             flags: self.flags,
-            payload_len: self.len,
+            payload_len: len,
             source: self.source,
             destination: self.destination,
             generation: self.generation,
             correlation: self.correlation,
             hlc: self.hlc,
-            payload: self.payload,
+            payload,
         }
     }
 
@@ -132,14 +160,31 @@ impl Envelope {
     #[doc(hidden)]
     pub fn with_raw_header(mut self, kind: u8, payload_len: u16, destination: u32) -> Self {
         self.kind = kind;
-        self.len = payload_len;
+        if let Body::Inline { len, .. } = &mut self.body {
+            *len = payload_len;
+        }
         self.destination = destination;
         self
     }
 
-    /// The raw payload length field (may exceed [`PAYLOAD_BYTES`] in a malformed envelope).
+    /// The raw payload length field (may exceed [`PAYLOAD_BYTES`] in a malformed envelope; a large message's
+    /// length, saturated at `u16::MAX`).
     pub fn raw_payload_len(&self) -> u16 {
-        self.len
+        match &self.body {
+            Body::Inline { len, .. } => *len,
+            Body::Large(bytes) => bytes.len().min(u16::MAX as usize) as u16,
+        }
+    }
+}
+
+impl Body {
+    fn from_slice(payload: &[u8]) -> Self {
+        if payload.len() > PAYLOAD_BYTES {
+            return Self::Large(payload.into());
+        }
+        let mut bytes = [0u8; PAYLOAD_BYTES];
+        bytes[..payload.len()].copy_from_slice(payload);
+        Self::Inline { len: payload.len() as u16, bytes }
     }
 }
 
@@ -225,8 +270,9 @@ where
     rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned).map_err(|e| DeviceError::Codec(e.to_string()))
 }
 
-/// Whether `payload` fits one envelope ([`PAYLOAD_BYTES`]): the one check of a payload's length on the host,
-/// made before anything is written or queued.
+/// Whether `payload` fits one envelope ([`PAYLOAD_BYTES`]). A device with bulk areas takes larger messages:
+/// [`Device::check_payload`](crate::Device::check_payload) is the check against a device's own limit, made
+/// before anything is written or queued.
 pub fn check_payload(payload: &[u8]) -> Result<(), DeviceError> {
     if payload.len() > PAYLOAD_BYTES {
         return Err(DeviceError::PayloadTooLarge { len: payload.len(), max: PAYLOAD_BYTES });

@@ -120,6 +120,52 @@ impl SharedGrid {
         unsafe { std::ptr::read_volatile(self.outbox_cell(slot, index)) }
     }
 
+    /// `len` bytes at `offset` of `slot`'s area in the bulk array at `area` (`off_inbox_bulk` or
+    /// `off_outbox_bulk`). Panics (a bug in this crate) if they are not inside that one area: callers check
+    /// references with `bulk::offset` first.
+    fn bulk_bytes_at(&self, area: u64, slot: u32, offset: u32, len: u32) -> *mut u8 {
+        let size = self.config.bulk_bytes;
+        assert!(slot < self.config.slot_count, "slot index checked by the caller");
+        assert!(u64::from(offset) + u64::from(len) <= u64::from(size), "bulk reference checked by the caller");
+        // SAFETY: the area array holds slot_count areas of `size` bytes at `area`; the range is inside one.
+        unsafe { self.base.add(area as usize + slot as usize * size as usize + offset as usize) }
+    }
+
+    /// Writes the bytes of a large message into `slot`'s inbox bulk area, at bytes the host owns (reserved by
+    /// the slot's single producer and not yet published).
+    pub(crate) fn write_inbox_bulk(&self, slot: u32, offset: u32, bytes: &[u8]) {
+        let dst = self.bulk_bytes_at(self.config.off_inbox_bulk, slot, offset, bytes.len() as u32);
+        // SAFETY: in bounds (checked above); the device only reads inbox bulk bytes, and not these before the
+        // envelope naming them is published with a release store of the inbox tail.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) }
+    }
+
+    /// Reads the bytes of a large message from `slot`'s inbox bulk area (one the device did not consume).
+    pub(crate) fn read_inbox_bulk(&self, slot: u32, offset: u32, len: u32) -> Vec<u8> {
+        self.read_bulk(self.config.off_inbox_bulk, slot, offset, len)
+    }
+
+    /// Reads the bytes of a large reply from `slot`'s outbox bulk area (published with the reply's cell, not
+    /// reused by the device before the host moves `outbox_bulk_head` past them).
+    pub(crate) fn read_outbox_bulk(&self, slot: u32, offset: u32, len: u32) -> Vec<u8> {
+        self.read_bulk(self.config.off_outbox_bulk, slot, offset, len)
+    }
+
+    fn read_bulk(&self, area: u64, slot: u32, offset: u32, len: u32) -> Vec<u8> {
+        let src = self.bulk_bytes_at(area, slot, offset, len);
+        let mut out = vec![0u8; len as usize];
+        // SAFETY: in bounds (checked above); no one writes these bytes while the host may read them (see the
+        // two callers).
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len as usize) }
+        out
+    }
+
+    /// Frees `slot`'s outbox bulk area up to `end` (the host is its single consumer).
+    pub(crate) fn release_outbox_bulk(&self, slot: u32, end: u32) {
+        // SAFETY: aligned, host-owned field of a live control block.
+        unsafe { store_u32(addr_of_mut!((*self.block(slot)).outbox_bulk_head), end, Ordering::Release) }
+    }
+
     /// Writes a command record the host owns (not yet published).
     pub(crate) fn write_command(&self, index: u32, cmd: &RawCommand) {
         let i = (index & (self.config.command_capacity - 1)) as usize;

@@ -79,6 +79,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             inbox_tail,
             outbox_head,
             host_seq,
+            outbox_bulk_head,
             host_index_reserved,
         ]
     );
@@ -138,7 +139,11 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             clock_offset_ns,
             off_actor_records,
             off_doorbells,
-            config_reserved,
+            bulk_bytes,
+            bulk_reserved,
+            off_inbox_bulk,
+            off_outbox_bulk,
+            off_k2k_bulk,
             terminate,
             device_faults,
             host_reserved,
@@ -180,15 +185,25 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
         m,
         "rv_actor_record",
         RawActorRecord,
-        [seen_host_seq, seen_device_seq, quiet, reserved0, beats, next_beat_ns, reserved]
+        [seen_host_seq, seen_device_seq, quiet, outbox_bulk_tail, beats, next_beat_ns, reserved]
     );
-    fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, pad0, head, pad1]);
+    fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, bulk_lock, bulk_tail, pad0, head, bulk_head, pad1]);
+    fields!(m, "rv_bulk_ref", RawBulkRef, [end, len]);
     fields!(m, "rv_k2k_cell", RawK2kCell, [seq, reserved, env]);
     fields!(
         m,
         "rv_grid_params",
         RawGridParams,
-        [slot_count, inbox_capacity, outbox_capacity, k2k_capacity, command_capacity, event_capacity, state_bytes,]
+        [
+            slot_count,
+            inbox_capacity,
+            outbox_capacity,
+            k2k_capacity,
+            command_capacity,
+            event_capacity,
+            state_bytes,
+            bulk_bytes
+        ]
     );
     consts!(
         m,
@@ -236,6 +251,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_KIND_ERROR,
             RV_KIND_VOID,
             RV_FLAG_NO_REPLY,
+            RV_FLAG_BULK,
+            RV_MAX_BULK_BYTES,
             RV_FAULT_CRASH_NEXT,
             RV_FAULT_STALL,
             RV_FAULT_CORRUPT_NEXT,
@@ -258,6 +275,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_ERR_INJECTED,
             RV_ERR_POISON,
             RV_ERR_TARGET_GONE,
+            RV_ERR_OUTBOX_FULL,
             RV_ERR_USER_BASE,
             RV_STEP_PROGRESS,
             RV_STEP_REPLIED,

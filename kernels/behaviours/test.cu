@@ -1,5 +1,5 @@
 /*
- * test: a behaviour for fault tests.
+ * test: a behaviour for fault tests. Messages of any size (payloads read with rv_payload).
  *   init:    optional uint64 poison value (default RV_TEST_DEFAULT_POISON), then an optional int32 init result
  *            (non-zero: creation fails with that code), then optionally the marker RV_TEST_SLOW_INIT and a
  *            uint64 busy time in ns (the init spins that long, at most RV_TEST_SLOW_INIT_MAX_NS: a slow
@@ -39,21 +39,23 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
         }
         return init_result > 0 ? init_result : RV_OK;
     }
-    if (msg->payload_len >= 8 && rv_read_u64(msg->payload) == s->poison) return RV_ERR_POISON;
-    if (msg->payload_len < 4) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
-    uint32_t op = rv_read_u32(msg->payload);
-    if (op == RV_TEST_ECHO) return rv_reply(ctx, msg->payload, msg->payload_len);
+    const uint8_t *p = rv_payload(ctx, msg); /* messages of any size (large ones in the bulk area) */
+    uint32_t n = rv_payload_len(ctx, msg);
+    if (n >= 8 && rv_read_u64(p) == s->poison) return RV_ERR_POISON;
+    if (n < 4) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, n);
+    uint32_t op = rv_read_u32(p);
+    if (op == RV_TEST_ECHO) return rv_reply(ctx, p, n);
     if (op == RV_TEST_FAIL) {
-        uint32_t code = msg->payload_len >= 8 ? rv_read_u32(msg->payload + 4) : 0;
+        uint32_t code = n >= 8 ? rv_read_u32(p + 4) : 0;
         return (code == 0 || code > 0x7FFFFFFFu) ? RV_ERR_USER_BASE : (int)code;
     }
-    if (op == RV_TEST_STALL && msg->payload_len >= 16) {
-        rv_stall_for(ctx, rv_read_u64(msg->payload + 8));
-        return rv_reply(ctx, msg->payload, msg->payload_len);
+    if (op == RV_TEST_STALL && n >= 16) {
+        rv_stall_for(ctx, rv_read_u64(p + 8));
+        return rv_reply(ctx, p, n);
     }
-    if (op == RV_TEST_FORWARD && msg->payload_len >= 8) {
-        uint32_t dst = rv_read_u32(msg->payload + 4);
-        int rc = rv_forward(ctx, dst, msg->payload + 8, msg->payload_len - 8u);
+    if (op == RV_TEST_FORWARD && n >= 8) {
+        uint32_t dst = rv_read_u32(p + 4);
+        int rc = rv_forward(ctx, dst, p + 8, n - 8u);
         if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
         return RV_OK;
     }

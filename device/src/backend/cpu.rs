@@ -369,6 +369,7 @@ mod tests {
                 command_capacity: 4096,
                 event_capacity: 4096,
                 state_bytes: 64,
+                bulk_bytes: 0,
             };
             let header = super::super::compute_layout(&params).unwrap();
             let shared = HostRegion::zeroed(header.shared_bytes).unwrap();

@@ -123,7 +123,8 @@ pub(crate) fn compute_layout(params: &RawGridParams) -> Result<RawGridHeader, De
     if rc != 0 {
         return Err(DeviceError::InvalidConfig(format!(
             "the device rejected the layout {params:?}: capacities must be powers of two (at most 2^20), \
-             slot_count between 1 and 2^24, state_bytes a non-zero multiple of 64"
+             slot_count between 1 and 2^24, state_bytes a non-zero multiple of 64, bulk_bytes 0 or a power of \
+             two from 256 to 2^24"
         )));
     }
     Ok(header)

@@ -15,11 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{CommandWaiter, Device, DeviceInner};
+use crate::bulk::{self, InboxBulk};
 use crate::codes::{DeviceCode, EventKind, SlotState, UndeliveredReason};
 use crate::error::DeviceError;
 use crate::event::{DeviceEvent, SlotEvent, Undelivered};
 use crate::layout::*;
-use crate::message::Envelope;
+use crate::message::{Envelope, PAYLOAD_BYTES};
 use crate::shared::SharedGrid;
 use crate::sync::{lock, Completion};
 
@@ -57,6 +58,8 @@ pub(super) struct SlotHost {
     /// A restart block 0 carries out under the host's grant, announced by the last Failed event: its cmd_id
     /// and outcome, until someone takes it (`Device::take_granted_restart`).
     pub(super) granted: Option<(u64, CommandWaiter)>,
+    /// The slot's inbox bulk area (large messages): its bytes are in use exactly as long as their cells.
+    pub(super) bulk: InboxBulk,
 }
 
 impl SlotHost {
@@ -76,24 +79,43 @@ impl SlotHost {
             fault_seq: 0,
             quarantined: false,
             granted: None,
+            bulk: InboxBulk::default(),
         }
     }
 }
 
 /// The lowest inbox index still in use: a restart's reclaim floor if one is pending, else the device's
-/// consumer index, read again only when the cached one leaves no room. After a restart block 0 carried out
-/// under a grant, and until the host has read its event (and handed back what it ended), the cells from the
-/// restart's grant floor on are still in use.
-pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, capacity: u32) -> u32 {
+/// consumer index, read again when the cached one leaves no room (or when `fresh`). After a restart block 0
+/// carried out under a grant, and until the host has read its event (and handed back what it ended), the cells
+/// from the restart's grant floor on are still in use.
+pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, capacity: u32, fresh: bool) -> u32 {
     if let Some(floor) = host.pending.as_ref().and_then(|p| p.floor) {
         return floor;
     }
-    if host.tail.wrapping_sub(host.cached_head) >= capacity {
+    if fresh || host.tail.wrapping_sub(host.cached_head) >= capacity {
         let (head, floor_gen, floor) = grid.inbox_head_and_grant_floor(slot);
         let unread_restart = floor_gen != 0 && (floor_gen.wrapping_sub(host.generation) as i32) > 0;
         host.cached_head = if unread_restart && at_or_after(head, floor) { floor } else { head };
     }
     host.cached_head
+}
+
+/// Whether `slot`'s inbox has room now for a message of `len` payload bytes: a free cell and, for a large
+/// message, room in the slot's bulk area (whose bytes are freed as the cells of earlier large messages become
+/// reusable). The device's head is re-read when the cached one leaves no room.
+pub(super) fn inbox_has_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32, len: usize) -> bool {
+    let capacity = grid.config().inbox_capacity;
+    for fresh in [false, true] {
+        let floor = inbox_floor(grid, host, slot, capacity, fresh);
+        host.bulk.release_below(floor);
+        if host.tail.wrapping_sub(floor) >= capacity {
+            return false; // the head was re-read already: the cells are full
+        }
+        if len <= PAYLOAD_BYTES || host.bulk.has_room(grid.config().bulk_bytes, len as u32) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The cmd_id of the restart block 0 carries out under a grant, bringing `slot` to `generation`.
@@ -178,7 +200,7 @@ impl DeviceInner {
                         (cmd_id, waiter)
                     });
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {
-                        let env = Envelope::from_raw(&self.grid.read_inbox(event.slot, event.failed_index));
+                        let env = self.inbox_envelope(event.slot, event.failed_index);
                         undelivered.push(Undelivered {
                             slot: event.slot,
                             envelope: env,
@@ -246,7 +268,7 @@ impl DeviceInner {
             && host.poison_reported.is_none()
             && !at_or_after(event.failed_index, cutoff)
         {
-            let env = Envelope::from_raw(&self.grid.read_inbox(slot, event.failed_index));
+            let env = self.inbox_envelope(slot, event.failed_index);
             out.push(Undelivered { slot, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
             host.poison_reported = Some(event.failed_index);
         }
@@ -277,13 +299,24 @@ impl DeviceInner {
             let mut i = start;
             while i != cutoff {
                 if host.poison_reported != Some(i) {
-                    let envelope = Envelope::from_raw(&self.grid.read_inbox(slot, i));
+                    let envelope = self.inbox_envelope(slot, i);
                     out.push(Undelivered { slot, envelope, reason });
                 }
                 i = i.wrapping_add(1);
             }
         }
         host.reported_until = cutoff;
+    }
+
+    /// Reads back the message in inbox cell `index` of `slot`, a large one's bytes included (the host wrote
+    /// them; a reference that names bytes outside the slot's area reads as an empty payload).
+    pub(super) fn inbox_envelope(&self, slot: u32, index: u32) -> Envelope {
+        let raw = self.grid.read_inbox(slot, index);
+        let large = bulk::reference(&raw).map(|r| match bulk::offset(self.grid.config().bulk_bytes, r) {
+            Some(offset) => self.grid.read_inbox_bulk(slot, offset, r.len),
+            None => Vec::new(),
+        });
+        Envelope::from_raw_parts(&raw, large)
     }
 
     /// Stops `slot` accepting messages and hands back every message it has not consumed, as a host-made

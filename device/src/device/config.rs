@@ -25,6 +25,11 @@ pub struct DeviceConfig {
     pub event_capacity: u32,
     /// Bytes of state per actor (multiple of 64).
     pub state_bytes: u32,
+    /// Bytes of each of a slot's three bulk areas (host to actor, actor to host, actor to actor), where
+    /// payloads over [`PAYLOAD_BYTES`](crate::PAYLOAD_BYTES) travel: the largest message is this size. 0 (the
+    /// default) = every message fits one envelope; otherwise a power of two from 256 to 16 MiB. Costs three
+    /// times this per slot (64 slots with 64 KiB: 12 MiB).
+    pub bulk_bytes: u32,
     /// The behaviours the device knows.
     pub behaviours: BehaviourSet,
     /// The executor.
@@ -51,6 +56,7 @@ impl Default for DeviceConfig {
             command_capacity: 1024,
             event_capacity: 4096,
             state_bytes: 1024,
+            bulk_bytes: 0,
             behaviours: BehaviourSet::builtins(),
             backend: Backend::default(),
             command_timeout: Duration::from_secs(5),
@@ -94,6 +100,12 @@ impl DeviceConfig {
         self.state_bytes = n;
         self
     }
+    /// Sets the size of each bulk area, the largest message (see
+    /// [`DeviceConfig::bulk_bytes`](#structfield.bulk_bytes)); rounded up to a power of two, at least 256.
+    pub fn bulk_bytes(mut self, n: u32) -> Self {
+        self.bulk_bytes = if n == 0 { 0 } else { n.max(256).checked_next_power_of_two().unwrap_or(u32::MAX) };
+        self
+    }
     /// Sets the behaviours.
     pub fn behaviours(mut self, set: BehaviourSet) -> Self {
         self.behaviours = set;
@@ -125,6 +137,7 @@ impl DeviceConfig {
             command_capacity: self.command_capacity,
             event_capacity: self.event_capacity,
             state_bytes: self.state_bytes,
+            bulk_bytes: self.bulk_bytes,
         }
     }
 }

@@ -5,10 +5,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::accounting::inbox_floor;
-use super::Device;
+use super::accounting::{inbox_has_room, SlotHost};
+use super::{Device, DeviceInner};
+use crate::bulk;
 use crate::error::DeviceError;
-use crate::message::{check_payload, Envelope, Reply};
+use crate::layout::RawEnvelope;
+use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
 
@@ -16,6 +18,21 @@ use crate::wait::Retry;
 pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
 
 impl Device {
+    /// The largest payload this device takes: [`PAYLOAD_BYTES`], or its bulk areas' size
+    /// ([`DeviceConfig::bulk_bytes`](crate::DeviceConfig#structfield.bulk_bytes)) when that is larger.
+    pub fn max_payload(&self) -> usize {
+        (self.inner.grid.config().bulk_bytes as usize).max(PAYLOAD_BYTES)
+    }
+
+    /// Whether this device takes a message of `payload`'s length ([`Device::max_payload`]): the check made
+    /// before anything is written or queued.
+    pub fn check_payload(&self, payload: &[u8]) -> Result<(), DeviceError> {
+        if payload.len() > self.max_payload() {
+            return Err(DeviceError::PayloadTooLarge { len: payload.len(), max: self.max_payload() });
+        }
+        Ok(())
+    }
+
     /// Sends a one-way message (the actor does not reply). Fails at once if the inbox is full. Returns the
     /// message's correlation id.
     pub fn send(&self, slot: u32, payload: &[u8]) -> Result<u64, DeviceError> {
@@ -30,30 +47,35 @@ impl Device {
         self.check_open()?;
         self.check_slot(slot)?;
         for p in payloads {
-            check_payload(p.as_ref())?;
+            self.check_payload(p.as_ref())?;
         }
         if payloads.is_empty() {
             return Ok(0);
         }
         let inner = &self.inner;
-        let capacity = inner.grid.config().inbox_capacity;
         let mut host = lock(&inner.slots[slot as usize]);
         if !host.accepting {
             return Err(inner.refusal(&host, slot));
         }
-        let floor = inbox_floor(&inner.grid, &mut host, slot, capacity);
-        let room = capacity.saturating_sub(host.tail.wrapping_sub(floor)) as usize;
-        let n = room.min(payloads.len());
+        let hlc = host_hlc();
+        let mut n = 0;
+        for p in payloads {
+            if !inbox_has_room(&inner.grid, &mut host, slot, p.as_ref().len()) {
+                break;
+            }
+            let large = p.as_ref().len() > PAYLOAD_BYTES;
+            let correlation = inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+            let p = p.as_ref();
+            let inline = if large { &[][..] } else { p };
+            let mut raw = Envelope::to_actor_unchecked(slot, correlation, inline, false).to_raw();
+            raw.hlc = hlc;
+            if !inner.put_message(&mut host, slot, raw, large.then_some(p)) {
+                break;
+            }
+            n += 1;
+        }
         if n == 0 {
             return Err(DeviceError::InboxFull { slot });
-        }
-        let first = inner.next_correlation.fetch_add(n as u64, Ordering::Relaxed);
-        let hlc = host_hlc();
-        for (i, p) in payloads[..n].iter().enumerate() {
-            let mut raw = Envelope::to_actor_unchecked(slot, first + i as u64, p.as_ref(), false).to_raw();
-            raw.hlc = hlc;
-            inner.grid.write_inbox(slot, host.tail, &raw);
-            host.tail = host.tail.wrapping_add(1);
         }
         inner.grid.publish_inbox_tail(slot, host.tail);
         drop(host);
@@ -118,15 +140,10 @@ impl Device {
         deadline: Instant,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        self.check_payload(payload)?;
         let waiter = Arc::new(Completion::new());
         lock(&self.inner.calls).insert(correlation, waiter.clone());
-        let env = match Envelope::to_actor(slot, correlation, payload, true) {
-            Ok(env) => env,
-            Err(e) => {
-                lock(&self.inner.calls).remove(&correlation);
-                return Err(e);
-            }
-        };
+        let env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
         if let Err(e) = self.write_envelope(slot, env, Some(deadline)) {
             lock(&self.inner.calls).remove(&correlation);
             return Err(e);
@@ -157,8 +174,9 @@ impl Device {
         want_reply: bool,
         deadline: Option<Instant>,
     ) -> Result<u64, DeviceError> {
+        self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let env = Envelope::to_actor(slot, correlation, payload, want_reply)?;
+        let env = Envelope::to_actor_unchecked(slot, correlation, payload, want_reply);
         self.write_envelope(slot, env, deadline)?;
         Ok(correlation)
     }
@@ -179,7 +197,6 @@ impl Device {
         self.check_open()?;
         self.check_slot(slot)?;
         let inner = &self.inner;
-        let capacity = inner.grid.config().inbox_capacity;
         let mut raw = env.to_raw();
         let mut retry = Retry::new(Duration::from_micros(20));
         loop {
@@ -187,11 +204,10 @@ impl Device {
             if !host.accepting {
                 return Err(inner.refusal(&host, slot));
             }
-            let floor = inbox_floor(&inner.grid, &mut host, slot, capacity);
-            if host.tail.wrapping_sub(floor) < capacity {
-                raw.hlc = host_hlc();
-                inner.grid.write_inbox(slot, host.tail, &raw);
-                host.tail = host.tail.wrapping_add(1);
+            raw.hlc = host_hlc();
+            if inbox_has_room(&inner.grid, &mut host, slot, env.payload().len())
+                && inner.put_message(&mut host, slot, raw, env.is_large().then(|| env.payload()))
+            {
                 inner.grid.publish_inbox_tail(slot, host.tail);
                 drop(host);
                 inner.counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -204,6 +220,24 @@ impl Device {
                 return Err(DeviceError::InboxFull { slot });
             }
         }
+    }
+}
+
+impl DeviceInner {
+    /// Writes one message into `slot`'s inbox at the host's tail (the caller checked the room and publishes the
+    /// tail): `raw` as is, or for a `large` payload the payload into the slot's bulk area and a reference to it
+    /// into `raw`. False (nothing written) if the bulk area has no room after all.
+    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, large: Option<&[u8]>) -> bool {
+        if let Some(payload) = large {
+            let size = self.grid.config().bulk_bytes;
+            let Some(r) = host.bulk.reserve(size, host.tail, payload.len() as u32) else { return false };
+            let Some(offset) = bulk::offset(size, r) else { return false }; // a reservation lies inside its area
+            self.grid.write_inbox_bulk(slot, offset, payload);
+            bulk::set_reference(&mut raw, r);
+        }
+        self.grid.write_inbox(slot, host.tail, &raw);
+        host.tail = host.tail.wrapping_add(1);
+        true
     }
 }
 

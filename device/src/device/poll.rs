@@ -8,6 +8,8 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use super::DeviceInner;
+use crate::bulk;
+use crate::layout::{RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::sync::{lock, Completion};
 use crate::wait::IdleBackoff;
@@ -119,13 +121,37 @@ impl DeviceInner {
             return false;
         }
         while *head != tail {
-            let raw = self.grid.read_outbox(slot, *head);
+            let env = self.outbox_envelope(slot, *head);
             *head = head.wrapping_add(1);
             self.grid.release_outbox(slot, *head);
-            self.route_reply(slot, Envelope::from_raw(&raw));
+            self.route_reply(slot, env);
         }
         self.executor.wake();
         true
+    }
+
+    /// Reads the reply in outbox cell `index` of `slot`, a large one's bytes included (and frees them for the
+    /// device). A reference outside the slot's area is the device's error: the reply becomes an error answer
+    /// (`BadEnvelope`), so a caller waiting for it is answered, not left to time out.
+    fn outbox_envelope(&self, slot: u32, index: u32) -> Envelope {
+        let mut raw = self.grid.read_outbox(slot, index);
+        let Some(r) = bulk::reference(&raw) else { return Envelope::from_raw(&raw) };
+        match bulk::offset(self.grid.config().bulk_bytes, r) {
+            Some(offset) => {
+                let bytes = self.grid.read_outbox_bulk(slot, offset, r.len);
+                self.grid.release_outbox_bulk(slot, r.end);
+                Envelope::from_raw_parts(&raw, Some(bytes))
+            }
+            None => {
+                tracing::error!(slot, end = r.end, len = r.len, "impossible bulk reference from the device");
+                raw.kind = RV_KIND_ERROR as u8;
+                raw.flags = 0;
+                raw.payload_len = 8;
+                raw.payload[..4].copy_from_slice(&RV_ERR_BAD_ENVELOPE.to_le_bytes());
+                raw.payload[4..8].copy_from_slice(&r.len.to_le_bytes());
+                Envelope::from_raw(&raw)
+            }
+        }
     }
 
     pub(super) fn route_reply(&self, slot: u32, env: Envelope) {
