@@ -161,14 +161,20 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
 /* ------------------------------------------------------------------------------------------------
  * Bulk areas: a slot's byte rings for payloads over RV_PAYLOAD_BYTES (see rv_bulk_ref in rv_layout.h).
  * ---------------------------------------------------------------------------------------------- */
+/* The reference a bulk envelope carries (its end: what consuming it frees up to). */
+RV_FN rv_bulk_ref rv_bulk_ref_of(const rv_envelope *e) {
+    rv_bulk_ref r;
+    rv_copy_bytes(&r, e->payload, sizeof(r));
+    return r;
+}
+
 /* Where the bytes an envelope's bulk reference names lie in `slot`'s area of `areas`, or NULL when the
  * reference is malformed or names anything outside that one area (whatever the values, nothing outside it is
  * ever read or written through it). */
 RV_FN uint8_t *rv_bulk_at(const rv_grid_view *g, uint8_t *areas, uint32_t slot, const rv_envelope *e) {
     uint32_t size = g->bulk_bytes;
     if (size == 0 || !(e->flags & RV_FLAG_BULK) || e->payload_len != sizeof(rv_bulk_ref)) return 0;
-    rv_bulk_ref r;
-    rv_copy_bytes(&r, e->payload, sizeof(r));
+    rv_bulk_ref r = rv_bulk_ref_of(e);
     uint32_t start = (r.end - r.len) & (size - 1);
     if (r.len > size || start + r.len > size) return 0; /* both terms <= RV_MAX_BULK_BYTES: no overflow */
     return areas + (uint64_t)slot * size + start;
@@ -196,11 +202,23 @@ RV_FN void rv_bulk_ref_set(rv_envelope *e, uint32_t end, uint32_t len) {
     rv_copy_bytes(e->payload, &r, sizeof(r));
 }
 
-/* The end counter of a bulk envelope's reference (what consuming it frees up to). */
-RV_FN uint32_t rv_bulk_end(const rv_envelope *e) {
-    rv_bulk_ref r;
-    rv_copy_bytes(&r, e->payload, sizeof(r));
-    return r.end;
+/* Copies `len` bytes from anywhere to the start of a bulk reservation (16-byte aligned) in whole 16-byte units,
+ * the last one padded: one 16-byte store each on the GPU, where the shared areas are host memory across PCIe.
+ * A reservation owns its bytes up to the next 16-byte boundary (the next one starts there at the earliest, and
+ * areas are multiples of 16 bytes). */
+RV_FN void rv_copy_to_bulk(uint8_t *dst, const void *src, uint32_t len) {
+    const uint8_t *from = (const uint8_t *)src;
+    uint32_t off = 0;
+    if (((uint64_t)from & 15u) == 0) { /* an aligned source (another bulk area: an echo) is read 16 bytes at a time */
+        off = len & ~15u;
+        rv_copy16(dst, from, off / 16u);
+    }
+    for (; off < len; off += 16) {
+        RV_ALIGN(16) uint8_t unit[16];
+        uint32_t n = len - off < 16u ? len - off : 16u;
+        for (uint32_t i = 0; i < 16u; ++i) unit[i] = i < n ? from[off + i] : 0;
+        rv_copy16(dst + off, unit, 1);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -339,9 +357,7 @@ RV_API uint32_t rv_payload_len(rv_actor_ctx *ctx, const rv_envelope *msg) {
     if (!(msg->flags & RV_FLAG_BULK)) return msg->payload_len <= RV_PAYLOAD_BYTES ? msg->payload_len : 0;
     uint8_t *areas = msg->kind == RV_KIND_K2K ? ctx->g->k2k_bulk : ctx->g->inbox_bulk;
     if (rv_bulk_at(ctx->g, areas, ctx->slot, msg) == 0) return 0;
-    rv_bulk_ref r;
-    rv_copy_bytes(&r, msg->payload, sizeof(r));
-    return r.len;
+    return rv_bulk_ref_of(msg).len;
 }
 
 RV_API uint32_t rv_max_payload(rv_actor_ctx *ctx) {
@@ -363,7 +379,7 @@ RV_FN int rv_stage_reply(rv_actor_ctx *ctx, uint8_t kind, const void *payload, u
         bulk_end = rv_bulk_reserve(g->bulk_bytes, ar->outbox_bulk_tail, head, len);
         if (bulk_end == ar->outbox_bulk_tail) return RV_ERR_OUTBOX_FULL; /* len > 0: a reservation moves it */
         uint32_t start = (bulk_end - len) & (g->bulk_bytes - 1);
-        rv_copy_bytes(g->outbox_bulk + (uint64_t)ctx->slot * g->bulk_bytes + start, payload, len);
+        rv_copy_to_bulk(g->outbox_bulk + (uint64_t)ctx->slot * g->bulk_bytes + start, payload, len);
     }
     /* Staged locally; space for one outbox cell was checked before the message was dispatched. */
     rv_envelope *e = &ctx->reply;
@@ -453,7 +469,7 @@ RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *pay
     if (bulk) {
         /* The cell and these bytes are this sender's until it publishes the cell (rv_finish_message). */
         uint32_t start = (bulk_end - len) & (g->bulk_bytes - 1);
-        rv_copy_bytes(g->k2k_bulk + (uint64_t)destination * g->bulk_bytes + start, payload, len);
+        rv_copy_to_bulk(g->k2k_bulk + (uint64_t)destination * g->bulk_bytes + start, payload, len);
         rv_bulk_ref_set(e, bulk_end, len);
     } else {
         rv_copy_bytes(e->payload, payload, len);
@@ -574,7 +590,7 @@ RV_FN int rv_stall_requested(const rv_control_block *cb) { return rv_load_relaxe
 /* Gives a consumed kernel-to-kernel cell back to its producers, and its bulk bytes if it had any (voided sends
  * included: their bytes were reserved too). */
 RV_FN void rv_k2k_release(const rv_grid_view *g, rv_k2k_meta *meta, rv_k2k_cell *cell, uint32_t khead) {
-    if (cell->env.flags & RV_FLAG_BULK) rv_store_release_dev_u32(&meta->bulk_head, rv_bulk_end(&cell->env));
+    if (cell->env.flags & RV_FLAG_BULK) rv_store_release_dev_u32(&meta->bulk_head, rv_bulk_ref_of(&cell->env).end);
     rv_store_release_dev_u32(&cell->seq, khead + g->k2k_capacity);
     meta->head = khead + 1;
 }

@@ -71,6 +71,9 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
         "rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, tail), &ctx->reply)",
         "rv_copy16(&g->events[",
         "rv_copy16(&cmd, &g->commands[",
+        // large payloads go into the bulk areas 16 bytes at a time too
+        "rv_copy_to_bulk(g->outbox_bulk + ",
+        "rv_copy_to_bulk(g->k2k_bulk + ",
     ] {
         assert!(PROTOCOL.contains(needle), "missing: {needle}");
     }
