@@ -369,3 +369,29 @@ async fn a_root_that_gives_up_ends_the_runtime_and_wait_says_why() {
     assert!(matches!(handle.send(&1i64.to_le_bytes()), Err(SendError::Gone { .. })));
     rt.shutdown().await;
 }
+
+/// Messages over one envelope's 96 bytes through a supervised GPU child (a device with bulk areas): a 4 KiB
+/// call, and a large poison message that crashes the child, comes back whole as a dead letter, and leaves the
+/// restarted child taking large messages again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_reach_a_supervised_child_and_come_back_whole_as_dead_letters() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("t", GpuChild::new("test").init(POISON.to_le_bytes())).name("app/t"));
+    let rt = Runtime::start(config().bulk_bytes(16 * 1024), spec).await.unwrap();
+    let t = rt.gpu("app/t").unwrap();
+    let mut big = test_msg(1, 0, 0);
+    big.extend((0..4096u32).map(|i| (i * 7) as u8));
+    assert_eq!(t.call(&big, T).await.unwrap().payload().unwrap(), &big[..]);
+    let mut poison = POISON.to_le_bytes().to_vec();
+    poison.extend(vec![0xAB; 5000]);
+    t.send(&poison).unwrap();
+    eventually("the poison dead-lettered", || rt.dead_letters().stats().count(DeadLetterReason::Poison) == 1).await;
+    let letter = rt.dead_letters().snapshot().into_iter().find(|l| l.reason == DeadLetterReason::Poison).unwrap();
+    assert_eq!((letter.payload, letter.slot), (poison, Some(t.slot())));
+    let reply = t.call(&big, T).await.unwrap();
+    assert_eq!((reply.generation, reply.payload().unwrap()), (2, &big[..]));
+    let too_big = vec![0u8; 16 * 1024 + 1];
+    let err = t.send(&too_big).unwrap_err();
+    assert!(matches!(err, SendError::PayloadTooLarge { len: 16385, max: 16384 }), "{err}");
+    rt.shutdown().await;
+}

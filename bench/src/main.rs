@@ -2,10 +2,11 @@
 //! against a baseline measured in the same run. Prints a markdown table and writes it, as JSON, and an SVG
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
-//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]`
+//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
+//! [--only-large]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
-//! pattern lookups.
+//! pattern lookups; `--only-large` only the 4 KiB message rows.
 
 mod heap;
 mod scenarios;
@@ -24,6 +25,7 @@ fn main() {
     let mut out = PathBuf::from("target/bench");
     let mut only_tree: Option<Vec<u32>> = None;
     let mut only_registry = false;
+    let mut only_large = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -35,6 +37,7 @@ fn main() {
                 only_tree = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-tree {sizes}: {e}"))));
             }
             "--only-registry" => only_registry = true,
+            "--only-large" => only_large = true,
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -59,6 +62,10 @@ fn main() {
             tree_sizes: [10_000, 100_000],
         }
     };
+    if only_large {
+        println!("{}", markdown(&large_message_rows(scale)));
+        return;
+    }
     if only_registry {
         println!("{}", markdown(&registry_rows(scale.latency_samples)));
         return;
@@ -84,7 +91,10 @@ fn main() {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]");
+    eprintln!(
+        "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
+         [--only-large]"
+    );
     std::process::exit(2)
 }
 
@@ -136,6 +146,18 @@ fn registry_rows(samples: usize) -> Vec<Row> {
             )
         })
         .collect()
+}
+
+/// Rows for 4 KiB messages (large messages through the bulk areas).
+fn large_message_rows(s: Scale) -> Vec<Row> {
+    eprintln!("large messages ...");
+    let (device, ractor, small) = large_round_trip(4096, s.latency_samples);
+    let (ours, chan) = large_one_way(4096, s.throughput_messages / 10, s.throughput_runs);
+    vec![
+        Row::new("round trip, 4 KiB", device.clone(), ractor, "<= 1x ractor call of a 4 KiB Vec", |_, _, r| r <= 1.0),
+        Row::new("round trip, 4 KiB", device, small, "(context: the same call with 8 B)", |_, _, _| true),
+        Row::new("one-way, 4 KiB, 1 producer", ours, chan, ">= 0.5x a crossbeam channel of 4 KiB", |_, _, r| r >= 0.5),
+    ]
 }
 
 fn run(s: Scale) -> (Vec<Row>, String) {
@@ -198,6 +220,8 @@ fn run(s: Scale) -> (Vec<Row>, String) {
             rows.push(Row::new(scenario, ringvisor.clone(), chan.clone(), vs_chan, |_, _, r| r >= 0.5));
         }
     }
+
+    rows.extend(large_message_rows(s));
 
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, false, s.restart_samples);

@@ -388,6 +388,144 @@ pub fn crossbeam_channel(messages: u64, runs: usize) -> Summary {
     Summary::of("crossbeam bounded channel, 1 producer", samples, Unit::PerSecond)
 }
 
+// ---------- large messages ----------
+
+struct EchoBytes;
+struct EchoBytesMsg(Vec<u8>, RpcReplyPort<Vec<u8>>);
+
+impl Actor for EchoBytes {
+    type Msg = EchoBytesMsg;
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, _: ActorRef<EchoBytesMsg>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+    async fn handle(
+        &self,
+        _: ActorRef<EchoBytesMsg>,
+        EchoBytesMsg(bytes, reply): EchoBytesMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        let _ = reply.send(bytes);
+        Ok(())
+    }
+}
+
+/// Round trips of a `size`-byte payload through an `echo` GPU actor (`Device::call`: the request crosses the
+/// slot's inbox bulk area, the reply its outbox bulk area) and through a ractor actor that echoes a `Vec<u8>`
+/// (`call`), in interleaved rounds; plus the device's 8-byte round trip in the same rounds, for what the size
+/// costs. Returns (device `size`, ractor `size`, device 8 B).
+pub fn large_round_trip(size: usize, n: usize) -> (Summary, Summary, Summary) {
+    const ROUNDS: usize = 20;
+    let rt = tokio();
+    let device = Device::open(DeviceConfig::default().slots(2).bulk_bytes(64 * 1024)).expect("device");
+    device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    let echo = rt.block_on(async { Actor::spawn(None, EchoBytes, ()).await.expect("spawn").0 });
+    let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let small = 7u64.to_le_bytes();
+    let mut samples: Vec<Vec<f64>> = (0..3).map(|_| Vec::with_capacity(n)).collect();
+    let per_round = (n / ROUNDS).max(1);
+    for round in 0..=ROUNDS {
+        for k in 0..3 {
+            let which = (k + round) % 3;
+            let block: Vec<f64> = match which {
+                0 => (0..per_round)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        let reply = device.call(0, &payload, T).expect("call");
+                        let ns = elapsed_ns(t0);
+                        assert_eq!(reply.payload().expect("echo").len(), size);
+                        ns
+                    })
+                    .collect(),
+                1 => rt.block_on(async {
+                    let mut v = Vec::with_capacity(per_round);
+                    for _ in 0..per_round {
+                        let t0 = Instant::now();
+                        let back = echo.call(|p| EchoBytesMsg(payload.clone(), p), None).await.expect("call");
+                        v.push(elapsed_ns(t0));
+                        assert_eq!(back.expect("echo").len(), size);
+                    }
+                    v
+                }),
+                _ => (0..per_round)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        device.call(0, &small, T).expect("call");
+                        elapsed_ns(t0)
+                    })
+                    .collect(),
+            };
+            if round > 0 {
+                samples[which].extend(block);
+            }
+        }
+    }
+    echo.stop(None);
+    device.shutdown();
+    let kib = size / 1024;
+    let mut it = samples.into_iter();
+    let mut next = |name: &str| Summary::of(name, it.next().expect("three"), Unit::Nanos);
+    (
+        next(&format!("ringvisor Device::call, {kib} KiB echoed")),
+        next(&format!("ractor call, {kib} KiB Vec echoed")),
+        next("ringvisor Device::call, 8 B echoed"),
+    )
+}
+
+/// One producer sending `size`-byte messages one way to `echo` GPU actors (no reply: the host copies each into
+/// its slot's inbox bulk area, the actor takes it), against a crossbeam bounded channel of `size`-byte arrays
+/// from one thread to another. Messages per second.
+pub fn large_one_way(size: usize, messages: u64, runs: usize) -> (Summary, Summary) {
+    const SLOTS: u32 = 8;
+    let device =
+        Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(256).bulk_bytes(256 * 1024)).expect("device");
+    for s in 0..SLOTS {
+        device.create(s, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    }
+    let processed = |d: &Device| (0..SLOTS).map(|s| d.snapshot(s).expect("snapshot").messages_processed).sum::<u64>();
+    let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let (mut ours, mut chan) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let base = processed(&device);
+        let t0 = Instant::now();
+        let mut i = 0u64;
+        while i < messages {
+            match device.send((i % u64::from(SLOTS)) as u32, &payload) {
+                Ok(_) => i += 1,
+                Err(DeviceError::InboxFull { .. }) => spin_loop(),
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        while processed(&device) - base < messages {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        ours.push(messages as f64 / t0.elapsed().as_secs_f64());
+
+        let (tx, rx) = crossbeam::channel::bounded::<Box<[u8]>>(256);
+        let t0 = Instant::now();
+        let consumer = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while let Ok(p) = rx.recv() {
+                n += u64::from(p[0] == 0);
+            }
+            n
+        });
+        for _ in 0..messages {
+            tx.send(payload.as_slice().into()).expect("send");
+        }
+        drop(tx);
+        assert_eq!(consumer.join().expect("consumer"), messages);
+        chan.push(messages as f64 / t0.elapsed().as_secs_f64());
+    }
+    device.shutdown();
+    let kib = size / 1024;
+    (
+        Summary::of(&format!("ringvisor send, {kib} KiB, 1 producer"), ours, Unit::PerSecond),
+        Summary::of(&format!("crossbeam bounded channel of {kib} KiB boxes"), chan, Unit::PerSecond),
+    )
+}
+
 // ---------- restarts ----------
 
 struct Crashy;

@@ -108,8 +108,8 @@ pub enum SendError {
     /// No reply within the timeout.
     #[error("no reply within the timeout")]
     Timeout,
-    /// The payload does not fit an envelope.
-    #[error("payload of {len} bytes exceeds the {max}-byte envelope payload")]
+    /// The payload is larger than the device takes (one envelope's 96 bytes, or `DeviceConfig::bulk_bytes`).
+    #[error("payload of {len} bytes exceeds the device's {max}-byte limit{}", bulk_hint(*max))]
     PayloadTooLarge {
         /// Its length.
         len: usize,
@@ -146,6 +146,15 @@ pub enum RegistryError {
     /// Another child holds the name.
     #[error("name `{0}` is already bound to another actor")]
     Taken(String),
+}
+
+/// What a payload-size error adds when the device has no bulk areas (its limit is one envelope).
+fn bulk_hint(max: usize) -> &'static str {
+    if max <= ringvisor_device::PAYLOAD_BYTES {
+        " (set DeviceConfig::bulk_bytes for larger messages)"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]

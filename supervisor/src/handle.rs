@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::ActorCell;
-use ringvisor_device::{check_payload, Device, DeviceError, Reply, PAYLOAD_BYTES};
+use ringvisor_device::{Device, DeviceError, Reply};
 use tokio::sync::watch;
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
@@ -278,7 +278,7 @@ impl GpuActorRef {
 
     fn send_until(&self, payload: &[u8], timeout: Option<Duration>) -> Result<(), SendError> {
         let gpu = self.gpu();
-        fits_envelope(payload)?;
+        fits_device(gpu.device(), payload)?;
         // The parked queue's lock orders this send against `set_running`'s flush and `set_down`.
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
@@ -316,7 +316,7 @@ impl GpuActorRef {
     pub fn send_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<usize, SendError> {
         let gpu = self.gpu();
         for p in payloads {
-            fits_envelope(p.as_ref())?;
+            fits_device(gpu.device(), p.as_ref())?;
         }
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
@@ -392,6 +392,7 @@ impl GpuActorRef {
     /// Sends a message and waits up to `timeout` for the reply, across a restart if one is under way.
     pub async fn call(&self, payload: &[u8], timeout: Duration) -> Result<Reply, SendError> {
         let gpu = self.gpu();
+        fits_device(gpu.device(), payload)?;
         let deadline = Instant::now() + timeout;
         let mut status_rx = self.shared.status.subscribe();
         loop {
@@ -421,7 +422,10 @@ impl GpuActorRef {
     }
 }
 
-/// The device layer's payload check, as a send's error (checked before a message is parked, too).
-fn fits_envelope(payload: &[u8]) -> Result<(), SendError> {
-    check_payload(payload).map_err(|_| SendError::PayloadTooLarge { len: payload.len(), max: PAYLOAD_BYTES })
+/// The device's payload check ([`Device::check_payload`]: one envelope, or its bulk areas' size), as a send's
+/// error (checked before a message is parked, too).
+fn fits_device(device: &Device, payload: &[u8]) -> Result<(), SendError> {
+    device
+        .check_payload(payload)
+        .map_err(|_| SendError::PayloadTooLarge { len: payload.len(), max: device.max_payload() })
 }
