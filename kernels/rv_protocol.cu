@@ -559,7 +559,8 @@ RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb) {
 /* A host message is well formed: a user message for this slot, its payload inline or in the slot's inbox bulk
  * area (a reference that names bytes outside that area is refused). */
 RV_FN int rv_envelope_valid(const rv_grid_view *g, const rv_envelope *e, uint32_t slot) {
-    if (e->kind != RV_KIND_USER || e->payload_len > RV_PAYLOAD_BYTES || e->destination != slot) return 0;
+    if (e->kind != RV_KIND_USER && e->kind != RV_KIND_STATE) return 0;
+    if (e->payload_len > RV_PAYLOAD_BYTES || e->destination != slot) return 0;
     return !(e->flags & RV_FLAG_BULK) || rv_bulk_at(g, g->inbox_bulk, slot, e) != 0;
 }
 
@@ -745,6 +746,18 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             out |= rv_finish_message(&ctx, 1);
             head += 1;
             rv_store_release_u32(&cb->inbox_head, head);
+            done += 1;
+            continue;
+        }
+        if (msg->kind == RV_KIND_STATE) {
+            /* A copy of the state between two messages, answered in order; not counted as processed. A state
+             * larger than a reply may carry is answered with RV_ERR_PAYLOAD_TOO_LARGE. */
+            int rc = rv_stage_reply(&ctx, RV_KIND_REPLY, rv_state_region(g, slot), g->state_bytes);
+            if (rc == RV_ERR_OUTBOX_FULL) break; /* offered again once the host has read earlier replies */
+            if (rc != RV_OK) rv_reply_error(&ctx, rc, g->state_bytes);
+            head += 1;
+            rv_store_release_u32(&cb->inbox_head, head);
+            out |= rv_finish_message(&ctx, 1);
             done += 1;
             continue;
         }

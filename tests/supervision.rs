@@ -395,3 +395,33 @@ async fn large_messages_reach_a_supervised_child_and_come_back_whole_as_dead_let
     assert!(matches!(err, SendError::PayloadTooLarge { len: 16385, max: 16384 }), "{err}");
     rt.shutdown().await;
 }
+
+/// OTP's `sys:get_state` for a GPU child: the state between two messages, as bytes or as the behaviour's
+/// struct; a fresh incarnation's state starts from zero; an ended child's handle says it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_reads_its_actors_state_as_bytes_or_typed() {
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    struct CounterState {
+        total: i64,
+        count: u64,
+    }
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("c").restart(Restart::Transient));
+    let rt = Runtime::start(config().bulk_bytes(256), spec).await.unwrap();
+    let c = rt.gpu("app/c").unwrap();
+    for v in [40i64, 2] {
+        c.send(&v.to_le_bytes()).unwrap();
+    }
+    let state: CounterState = c.state_typed(T).await.unwrap();
+    assert_eq!(state, CounterState { total: 42, count: 2 });
+    assert_eq!(c.state(T).await.unwrap().len(), 64, "the whole region");
+    assert!(matches!(c.state_typed::<[u64; 9]>(T).await, Err(SendError::Device(_))));
+    rt.device().inject(c.slot(), SlotFault::CrashNextMessage).unwrap();
+    c.send(&1i64.to_le_bytes()).unwrap();
+    // once the failure is known, a read waits for (and is answered by) the new incarnation
+    eventually("the crash dead-lettered", || rt.dead_letters().stats().count(DeadLetterReason::Poison) == 1).await;
+    assert_eq!(c.state_typed::<CounterState>(T).await.unwrap(), CounterState { total: 0, count: 0 });
+    rt.root().terminate_child("c").await.unwrap();
+    assert!(matches!(c.state(T).await, Err(SendError::Gone { .. })));
+    rt.shutdown().await;
+}

@@ -78,6 +78,8 @@ pub const RV_KIND_INIT: u32 = 3;
 pub const RV_KIND_K2K: u32 = 4;
 pub const RV_KIND_ERROR: u32 = 5;
 pub const RV_KIND_VOID: u32 = 6;
+/// Envelope kind: host to actor, answered with a copy of the actor's state (the behaviour does not run).
+pub const RV_KIND_STATE: u32 = 7;
 /// Envelope flag: the sender wants no reply.
 pub const RV_FLAG_NO_REPLY: u32 = 1;
 /// Envelope flag: the payload lies in a bulk area; the envelope's payload is an [`RawBulkRef`].

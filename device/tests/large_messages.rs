@@ -151,7 +151,36 @@ fn bulk_references_the_host_forges_are_bad_envelopes_never_reads_outside_the_are
     assert_eq!(d.call(0, &fine, T).unwrap().payload().unwrap(), &fine[..]);
 }
 
+fn an_actors_state_is_read_between_messages_whole_and_in_order() {
+    // counter state: [total: i64, count: u64] at the start of a 1 KiB region (a large reply)
+    let d = open_with(DeviceConfig::default().slots(2).bulk_bytes(4096));
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    d.inject(0, SlotFault::Stall).unwrap();
+    for v in [5i64, 7, 30] {
+        d.send(0, &v.to_le_bytes()).unwrap();
+    }
+    d.inject(0, SlotFault::ClearStall).unwrap();
+    // sent after the three adds: sees all of them, and is not counted as a message processed
+    let state = d.read_state(0, T).unwrap();
+    assert_eq!(state.len(), 1024);
+    assert_eq!(i64::from_le_bytes(state[..8].try_into().unwrap()), 42);
+    assert_eq!(u64::from_le_bytes(state[8..16].try_into().unwrap()), 3);
+    assert!(state[16..].iter().all(|b| *b == 0));
+    assert_eq!(d.snapshot(0).unwrap().messages_processed, 3);
+    // a state larger than the device's largest message is refused before anything is sent
+    let small = open_with(DeviceConfig::default().slots(1));
+    small.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    let err = small.read_state(0, T).unwrap_err();
+    assert_eq!(err, DeviceError::PayloadTooLarge { len: 1024, max: 96 });
+    // a 64-byte state fits one envelope
+    let tiny = open_with(DeviceConfig::default().slots(1).state_bytes(64));
+    tiny.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    tiny.call(0, &9i64.to_le_bytes(), T).unwrap();
+    assert_eq!(i64::from_le_bytes(tiny.read_state(0, T).unwrap()[..8].try_into().unwrap()), 9);
+}
+
 on_every_backend!(
+    an_actors_state_is_read_between_messages_whole_and_in_order,
     large_calls_round_trip_whole_through_the_bulk_areas,
     one_way_large_sends_wait_for_bulk_room_and_all_arrive,
     queued_and_poison_large_messages_are_handed_back_whole,

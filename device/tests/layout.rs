@@ -250,6 +250,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_KIND_K2K,
             RV_KIND_ERROR,
             RV_KIND_VOID,
+            RV_KIND_STATE,
             RV_FLAG_NO_REPLY,
             RV_FLAG_BULK,
             RV_MAX_BULK_BYTES,

@@ -378,6 +378,40 @@ impl GpuActorRef {
         self.send(bytemuck::bytes_of(request))
     }
 
+    /// A copy of the actor's state region (OTP's `sys:get_state`), taken between two messages, after every
+    /// message sent to it before (see [`Device::read_state`]; the device's `bulk_bytes` must hold its
+    /// `state_bytes`). The child must be running: while it is down the error says why
+    /// ([`SendError::Gone`] for good, the device's `NotAccepting` while it restarts).
+    pub async fn state(&self, timeout: Duration) -> Result<Vec<u8>, SendError> {
+        let status = self.status();
+        if status.has_ended() {
+            return Err(SendError::Gone { actor: self.shared.target(), status });
+        }
+        let gpu = self.gpu();
+        gpu.device().read_state_async(gpu.slot(), timeout).await.map_err(|e| match e {
+            DeviceError::Timeout => SendError::Timeout,
+            DeviceError::Undelivered { slot, reason } => {
+                SendError::Undelivered { actor: self.shared.target(), slot, reason: reason.into() }
+            }
+            e => SendError::Device(e),
+        })
+    }
+
+    /// [`GpuActorRef::state`] read as the behaviour's `#[repr(C)]` state struct (the region's first
+    /// `size_of::<T>()` bytes; a `T` larger than the region is [`SendError::Device`] with the sizes).
+    pub async fn state_typed<T: bytemuck::Pod>(&self, timeout: Duration) -> Result<T, SendError> {
+        let bytes = self.state(timeout).await?;
+        let size = std::mem::size_of::<T>();
+        let head = bytes.get(..size).ok_or_else(|| {
+            DeviceError::Codec(format!(
+                "a state of {} bytes cannot hold a {} ({size} bytes)",
+                bytes.len(),
+                std::any::type_name::<T>()
+            ))
+        })?;
+        Ok(bytemuck::pod_read_unaligned(head))
+    }
+
     /// [`GpuActorRef::call`] with `#[repr(C)]` request and reply types: the request's bytes are the payload,
     /// and the reply must be exactly a `Resp` (otherwise [`SendError::Device`] with the sizes). A reply the
     /// behaviour gave as an error code comes back as that error, as with `call`.

@@ -9,7 +9,7 @@ use super::accounting::{inbox_has_room, SlotHost};
 use super::{Device, DeviceInner};
 use crate::bulk;
 use crate::error::DeviceError;
-use crate::layout::RawEnvelope;
+use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
@@ -133,17 +133,72 @@ impl Device {
         self.inner.assist(waiter, deadline)
     }
 
+    /// Reads a copy of the actor's state region (OTP's `sys:get_state`): taken between two messages, in order
+    /// with the messages sent to the slot before it (the behaviour does not run, nothing is counted as
+    /// processed). The whole region, [`DeviceConfig::state_bytes`](crate::DeviceConfig#structfield.state_bytes)
+    /// long; a region larger than [`Device::max_payload`] is refused before anything is sent (raise
+    /// `bulk_bytes`). Errors as [`Device::call`]'s.
+    pub fn read_state(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
+        let deadline = Instant::now() + timeout;
+        let (correlation, waiter) = self.start_state_read(slot, deadline)?;
+        let out = match self.assist_until_answered(&waiter, deadline) {
+            Some(out) => Some(out),
+            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
+        };
+        Ok(self.finish_call(correlation, out)?.payload()?.to_vec())
+    }
+
+    /// Async form of [`Device::read_state`].
+    pub async fn read_state_async(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
+        let deadline = Instant::now() + timeout;
+        let (correlation, waiter) = loop {
+            match self.start_state_read(slot, Instant::now()) {
+                Err(DeviceError::InboxFull { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_micros(100)).await
+                }
+                other => break other?,
+            }
+        };
+        let out = match self.assist_until_answered(&waiter, deadline) {
+            Some(out) => Some(out),
+            None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
+        };
+        Ok(self.finish_call(correlation, out)?.payload()?.to_vec())
+    }
+
+    fn start_state_read(&self, slot: u32, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
+        let state_bytes = self.inner.grid.config().state_bytes as usize;
+        if state_bytes > self.max_payload() {
+            return Err(DeviceError::PayloadTooLarge { len: state_bytes, max: self.max_payload() });
+        }
+        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let mut env = Envelope::to_actor_unchecked(slot, correlation, &[], true);
+        env.kind = RV_KIND_STATE as u8;
+        self.start_call_with(slot, correlation, env, deadline)
+    }
+
     pub(super) fn start_call(
         &self,
         slot: u32,
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(u64, CallWaiter), DeviceError> {
-        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         self.check_payload(payload)?;
+        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
+        self.start_call_with(slot, correlation, env, deadline)
+    }
+
+    /// Registers the waiter of `env` (correlation `correlation`), then writes it.
+    fn start_call_with(
+        &self,
+        slot: u32,
+        correlation: u64,
+        env: Envelope,
+        deadline: Instant,
+    ) -> Result<(u64, CallWaiter), DeviceError> {
         let waiter = Arc::new(Completion::new());
         lock(&self.inner.calls).insert(correlation, waiter.clone());
-        let env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
         if let Err(e) = self.write_envelope(slot, env, Some(deadline)) {
             lock(&self.inner.calls).remove(&correlation);
             return Err(e);
