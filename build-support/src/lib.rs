@@ -129,6 +129,8 @@ struct Entry {
     name: String,
     file: PathBuf,
     function: String,
+    /// The C type of its state, if declared.
+    state_type: Option<String>,
 }
 
 /// A set of user behaviours to compile.
@@ -152,7 +154,31 @@ impl Behaviours {
 
     /// Adds behaviour `name`, implemented by device function `function` in `file`.
     pub fn behaviour(mut self, name: &str, file: impl AsRef<Path>, function: &str) -> Self {
-        self.entries.push(Entry { name: name.into(), file: file.as_ref().to_path_buf(), function: function.into() });
+        self.entries.push(Entry {
+            name: name.into(),
+            file: file.as_ref().to_path_buf(),
+            function: function.into(),
+            state_type: None,
+        });
+        self
+    }
+
+    /// Declares the C type of the state of the behaviour added last (e.g. `"rl_state"`, a typedef or struct
+    /// name in its file): its `sizeof`, computed by the compiler, becomes the behaviour's
+    /// `UserBehaviour::state_bytes`, and creating the behaviour on a device whose state regions are smaller
+    /// fails with `DeviceError::StateTooSmall` instead of writing past the region. Call after `behaviour`.
+    pub fn state(mut self, c_type: &str) -> Self {
+        if let Some(e) = self.entries.last_mut() {
+            e.state_type = Some(c_type.into());
+        } else {
+            // Reported by `compile` as an invalid name: there is no behaviour to attach it to.
+            self.entries.push(Entry {
+                name: String::new(),
+                file: PathBuf::new(),
+                function: String::new(),
+                state_type: Some(c_type.into()),
+            });
+        }
         self
     }
 
@@ -172,8 +198,10 @@ impl Behaviours {
         let mut seen = std::collections::HashSet::new();
         let mut files = Vec::new();
         for e in &self.entries {
-            if !is_ident(&e.name) || !is_ident(&e.function) || !seen.insert(e.name.clone()) {
-                return Err(BuildError::InvalidName(format!("{} / {}", e.name, e.function)));
+            let state_ok = e.state_type.as_deref().is_none_or(|t| t.split(' ').all(is_ident));
+            if !is_ident(&e.name) || !is_ident(&e.function) || !state_ok || !seen.insert(e.name.clone()) {
+                let state = e.state_type.as_deref().map(|t| format!(" / state `{t}`")).unwrap_or_default();
+                return Err(BuildError::InvalidName(format!("{} / {}{state}", e.name, e.function)));
             }
             let path = if e.file.is_absolute() { e.file.clone() } else { manifest.join(&e.file) };
             std::fs::metadata(&path).map_err(|err| BuildError::Io(path.clone(), err))?;
@@ -201,14 +229,33 @@ impl Behaviours {
                 e.name
             );
         }
+        // Each declared state's size as the compiler sees it, a constant the generated Rust reads.
+        for e in self.entries.iter().filter(|e| e.state_type.is_some()) {
+            let _ = writeln!(
+                cpp,
+                "extern \"C\" const uint32_t rv_user_state_bytes_{}; const uint32_t rv_user_state_bytes_{} = \
+                 (uint32_t)sizeof({});",
+                e.name,
+                e.name,
+                e.state_type.as_deref().unwrap_or_default()
+            );
+            let _ = writeln!(rs, "    static rv_user_state_bytes_{}: u32;", e.name);
+        }
         let _ = writeln!(rs, "}}\n\n/// The behaviours compiled by this crate's build script.");
         let _ =
             writeln!(rs, "pub fn user_behaviours() -> ::std::vec::Vec<{krate}::UserBehaviour> {{\n    ::std::vec![");
         for e in &self.entries {
             let path = if e.file.is_absolute() { e.file.clone() } else { manifest.join(&e.file) };
+            let state = match e.state_type {
+                Some(_) => {
+                    let _ = writeln!(rs, "        // SAFETY: a constant the compiled C file defines and never writes.");
+                    format!("unsafe {{ rv_user_state_bytes_{} }}", e.name)
+                }
+                None => "0".into(),
+            };
             let _ = writeln!(
                 rs,
-                "        {krate}::UserBehaviour {{ name: {:?}, function: {:?}, host_fn: rv_user_{}, cuda_source: include_str!({:?}) }},",
+                "        {krate}::UserBehaviour {{ name: {:?}, function: {:?}, host_fn: rv_user_{}, cuda_source: include_str!({:?}), state_bytes: {state} }},",
                 e.name,
                 e.function,
                 e.name,

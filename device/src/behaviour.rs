@@ -26,6 +26,10 @@ pub struct UserBehaviour {
     pub host_fn: BehaviourFn,
     /// The `.cu` source, for NVRTC (CUDA backend).
     pub cuda_source: &'static str,
+    /// Bytes of state the behaviour needs (`sizeof` its state struct, declared with
+    /// `ringvisor_build::Behaviours::state`); 0: not declared. Creating it in a slot whose state region is
+    /// smaller fails on the host with [`DeviceError::StateTooSmall`].
+    pub state_bytes: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -35,6 +39,8 @@ pub(crate) struct BehaviourEntry {
     pub host_fn: BehaviourFn,
     pub function: String,
     pub cuda_source: Option<&'static str>,
+    /// Declared state size (0: not declared).
+    pub state_bytes: u32,
 }
 
 /// The behaviours a device knows, by name and id.
@@ -71,6 +77,7 @@ impl BehaviourSet {
                 host_fn: unsafe { crate::ffi::rv_builtin_behaviour(id) }.expect("built-in behaviour is linked"),
                 function: function.to_string(),
                 cuda_source: None,
+                state_bytes: 0,
             })
             .collect();
         Self { entries }
@@ -103,6 +110,7 @@ impl BehaviourSet {
             host_fn: behaviour.host_fn,
             function: behaviour.function.to_string(),
             cuda_source: Some(behaviour.cuda_source),
+            state_bytes: behaviour.state_bytes,
         });
         Ok(id)
     }
@@ -121,6 +129,11 @@ impl BehaviourSet {
     /// The name registered for `id`.
     pub fn name(&self, id: BehaviourId) -> Option<&str> {
         self.entries.iter().find(|e| e.id == id).map(|e| e.name.as_str())
+    }
+
+    /// The state size behaviour `id` declared (0: not declared).
+    pub fn state_bytes(&self, id: BehaviourId) -> u32 {
+        self.entries.iter().find(|e| e.id == id).map_or(0, |e| e.state_bytes)
     }
 
     /// All registered names, in registration order.

@@ -28,6 +28,20 @@ pub enum DeviceError {
         /// Bytes an envelope or command holds.
         max: usize,
     },
+    /// The behaviour declares more state than the device's state regions hold (checked on the host; nothing
+    /// was written).
+    #[error(
+        "behaviour `{behaviour}` needs {needs} bytes of state; this device's state regions are {has} bytes \
+         (DeviceConfig::state_bytes)"
+    )]
+    StateTooSmall {
+        /// The behaviour.
+        behaviour: String,
+        /// Bytes it declares.
+        needs: u32,
+        /// Bytes of a state region on this device.
+        has: u32,
+    },
     /// The slot's inbox stayed full until the deadline; the message was not written.
     #[error("inbox of slot {slot} is full")]
     InboxFull {

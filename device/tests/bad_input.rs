@@ -41,6 +41,30 @@ fn host_refuses_bad_calls_before_writing_anything() {
     assert!(matches!(Device::open(DeviceConfig::default().inbox_capacity(3)), Err(DeviceError::InvalidConfig(_))));
     assert!(matches!(Device::open(DeviceConfig::default().slots(0)), Err(DeviceError::InvalidConfig(_))));
     assert!(matches!(Device::open(DeviceConfig::default().state_bytes(100)), Err(DeviceError::InvalidConfig(_))));
+    for bulk in [100, 1 << 25] {
+        let config = DeviceConfig { bulk_bytes: bulk, ..DeviceConfig::default() };
+        assert!(matches!(Device::open(config), Err(DeviceError::InvalidConfig(_))), "bulk_bytes {bulk}");
+    }
+}
+
+/// A host-side check, the same on every backend; on the CPU backend only, because the two fake user behaviours
+/// (a built-in's host function under new names) have no device source for NVRTC.
+#[test]
+fn a_behaviour_that_declares_more_state_than_a_slot_holds_is_refused_on_the_host() {
+    // SAFETY: returns a pointer to a function of the linked kernel library.
+    let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(2) }.expect("counter is linked");
+    let big = UserBehaviour { name: "big", function: "big", host_fn, cuda_source: "", state_bytes: 2048 };
+    let fits = UserBehaviour { name: "fits", function: "fits", host_fn, cuda_source: "", state_bytes: 1024 };
+    let set = BehaviourSet::builtins().with(big).unwrap().with(fits).unwrap();
+    let d = Device::open(DeviceConfig::default().slots(1).behaviours(set).backend(Backend::Cpu(CpuConfig::default())))
+        .unwrap();
+    let err = d.create(0, "big", &[]).unwrap_err();
+    assert_eq!(err, DeviceError::StateTooSmall { behaviour: "big".into(), needs: 2048, has: 1024 });
+    assert!(err.to_string().contains("DeviceConfig::state_bytes"), "{err}");
+    assert_eq!(d.stats().commands_processed, 0, "nothing was written");
+    d.create(0, "fits", &[]).unwrap().wait_blocking(T).unwrap();
+    let err = d.restart(0, "big", &[]).unwrap_err();
+    assert!(matches!(err, DeviceError::StateTooSmall { needs: 2048, .. }), "{err}");
 }
 
 fn full_inbox_is_an_error_or_a_bounded_wait_never_a_drop() {

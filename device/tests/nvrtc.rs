@@ -18,6 +18,7 @@ fn behaviours() -> BehaviourSet {
     // SAFETY: returns a pointer to a function of the linked kernel library.
     let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(1) }.expect("echo is linked");
     set.register(UserBehaviour {
+        state_bytes: 0,
         name: "moving_average",
         function: "moving_average",
         host_fn,

@@ -182,7 +182,12 @@ impl Device {
             return Err(DeviceError::PayloadTooLarge { len: req.init.len(), max: RV_INIT_BYTES as usize });
         }
         if let Some(b) = req.behaviour {
-            b.resolve(&self.inner.behaviours)?;
+            let id = b.resolve(&self.inner.behaviours)?;
+            let (needs, has) = (self.inner.behaviours.state_bytes(id), self.inner.grid.config().state_bytes);
+            if needs > has {
+                let behaviour = self.inner.behaviours.name(id).unwrap_or_default().to_string();
+                return Err(DeviceError::StateTooSmall { behaviour, needs, has });
+            }
         }
         let inner = &self.inner;
         let cmd_id = inner.next_cmd_id.fetch_add(1, Ordering::Relaxed);

@@ -25,6 +25,9 @@ async fn the_c_structs_and_the_rust_ones_agree() {
     let limiter = rt.gpu("limiter/client-0").expect("registered");
     let c: Layout = limiter.call_typed(&Request { op: Request::LAYOUT, cost: 0 }, T).await.unwrap();
     assert_eq!(c, Layout::of_rust(), "tb_* in kernels/token_bucket.cu against src/lib.rs");
+    // the state size the build script declared (`.state("tb_state")`) is the C compiler's sizeof
+    let set = behaviours().unwrap();
+    assert_eq!(set.state_bytes(set.id("token_bucket").unwrap()), 48);
     rt.shutdown().await;
 }
 
