@@ -40,8 +40,12 @@ RV_API uint32_t rv_state_bytes(rv_actor_ctx *ctx);
 /* This actor's slot index and generation. */
 RV_API uint32_t rv_self(rv_actor_ctx *ctx);
 RV_API uint32_t rv_generation(rv_actor_ctx *ctx);
-/* Device clock, nanoseconds. */
+/* Device clock, nanoseconds, in the host's real-time domain (CLOCK_REALTIME: it steps when the host's clock is
+ * set). For durations and rates use rv_monotonic_ns. */
 RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx);
+/* A clock that never steps, nanoseconds from an arbitrary origin (CLOCK_MONOTONIC on the CPU backend, the
+ * GPU's global timer on CUDA): differences only. */
+RV_API uint64_t rv_monotonic_ns(rv_actor_ctx *ctx);
 /* The message's payload and its length. A payload over RV_PAYLOAD_BYTES (a "large" message, flag
  * RV_FLAG_BULK) lies outside the envelope, in the slot's bulk area: read every payload through these two and a
  * behaviour takes messages of any size. Valid while the behaviour runs for this message. */

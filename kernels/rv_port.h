@@ -135,6 +135,8 @@ RV_FN uint64_t rv_now_ns(void) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+/* The GPU's global timer never steps with the host's clock: the raw value is monotonic. */
+RV_FN uint64_t rv_now_monotonic_ns(void) { return rv_now_ns(); }
 RV_FN void rv_pause(uint32_t ns) { __nanosleep(ns); }
 RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)(__ffs((int)x) - 1); }
 #else
@@ -180,6 +182,12 @@ RV_FN uint64_t rv_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)((int64_t)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) + rv_host_clock_skew_ns);
+}
+/* A clock that never steps (CLOCK_MONOTONIC; unskewed: differences are what it is for). */
+RV_FN uint64_t rv_now_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 /* Short pauses yield; longer ones sleep (only the emulated driver's kernel threads pause that long). */
 RV_FN void rv_pause(uint32_t ns) {

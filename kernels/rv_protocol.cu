@@ -343,6 +343,10 @@ RV_API uint32_t rv_state_bytes(rv_actor_ctx *ctx) { return ctx->g->state_bytes; 
 RV_API uint32_t rv_self(rv_actor_ctx *ctx) { return ctx->slot; }
 RV_API uint32_t rv_generation(rv_actor_ctx *ctx) { return ctx->generation; }
 RV_API uint64_t rv_clock_ns(rv_actor_ctx *ctx) { return rv_grid_now_ns(ctx->g); }
+RV_API uint64_t rv_monotonic_ns(rv_actor_ctx *ctx) {
+    (void)ctx;
+    return rv_now_monotonic_ns();
+}
 
 /* A host message's bytes lie in the slot's inbox bulk area, a kernel-to-kernel message's in its k2k one. The
  * step validated the reference before the behaviour runs; a bad one reads as an empty payload. */

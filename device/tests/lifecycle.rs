@@ -325,7 +325,30 @@ fn a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host() {
     assert!(matches!(d.set_restart_grant(9, true), Err(DeviceError::SlotOutOfRange { .. })));
 }
 
+fn a_behaviours_monotonic_clock_never_goes_back_and_measures_durations() {
+    let d = open(1);
+    d.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    let clocks = |d: &Device| -> (u64, u64) {
+        let [real, mono]: [u64; 2] = d.call(0, &test_msg(5, 0, 0), T).unwrap().decode().unwrap();
+        (real, mono)
+    };
+    let (real0, mono0) = clocks(&d);
+    let mut last = mono0;
+    for _ in 0..100 {
+        let (_, mono) = clocks(&d);
+        assert!(mono >= last, "the monotonic clock went back: {mono} after {last}");
+        last = mono;
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let (real1, mono1) = clocks(&d);
+    assert!(mono1 - mono0 >= 20_000_000, "20 ms slept, {} ns measured", mono1 - mono0);
+    // the real-time clock is the host's wall clock (give or take the device's offset), not the monotonic one
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    assert!(real1 > real0 && wall.abs_diff(real1) < 60_000_000_000, "rv_clock_ns {real1}, host {wall}");
+}
+
 on_every_backend!(
+    a_behaviours_monotonic_clock_never_goes_back_and_measures_durations,
     a_granted_restart_runs_on_block_0_alone_and_hands_back_what_was_queued,
     a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host,
     a_slow_init_holds_neither_block0_nor_other_slots,

@@ -10,6 +10,7 @@
  *     2 fail   code:u32  fail with that code (RV_ERR_USER_BASE if 0)
  *     3 stall  ns:u64@8  reply, then make no progress (and no heartbeat) for ns nanoseconds or until killed
  *     4 forward dst:u32  forward payload[8..] to slot dst (kernel-to-kernel); dst answers the host
+ *     5 clocks           reply { rv_clock_ns: u64, rv_monotonic_ns: u64 }
  *   any other op is answered with an RV_KIND_ERROR.
  */
 #include "../rv_behaviour.h"
@@ -19,6 +20,7 @@
 #define RV_TEST_FAIL 2u
 #define RV_TEST_STALL 3u
 #define RV_TEST_FORWARD 4u
+#define RV_TEST_CLOCKS 5u
 #define RV_TEST_SLOW_INIT 0x574F4C53u /* "SLOW" */
 #define RV_TEST_SLOW_INIT_MAX_NS 10000000000ull
 
@@ -58,6 +60,10 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
         int rc = rv_forward(ctx, dst, p + 8, n - 8u);
         if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
         return RV_OK;
+    }
+    if (op == RV_TEST_CLOCKS) {
+        uint64_t clocks[2] = {rv_clock_ns(ctx), rv_monotonic_ns(ctx)};
+        return rv_reply(ctx, clocks, sizeof(clocks));
     }
     return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, op);
 }

@@ -75,7 +75,7 @@ RV_BEHAVIOUR_FN int tb_layout_reply(rv_actor_ctx *ctx) {
 RV_BEHAVIOUR_FN int token_bucket(rv_actor_ctx *ctx, const rv_envelope *msg) {
     tb_state *s = (tb_state *)rv_state(ctx);
     if (rv_state_bytes(ctx) < sizeof(tb_state)) return TB_ERR_BAD_INIT;
-    uint64_t now = rv_clock_ns(ctx);
+    uint64_t now = rv_monotonic_ns(ctx); /* durations: a clock that never steps */
     if (msg->kind == RV_KIND_INIT) {
         if (msg->payload_len != sizeof(tb_init)) return TB_ERR_BAD_INIT;
         tb_init init;
@@ -92,7 +92,7 @@ RV_BEHAVIOUR_FN int token_bucket(rv_actor_ctx *ctx, const rv_envelope *msg) {
     rv_copy_bytes(&req, msg->payload, sizeof(req));
     if (req.op == TB_OP_LAYOUT) return tb_layout_reply(ctx);
     if (req.op != TB_OP_TAKE) return rv_reply_error(ctx, TB_ERR_BAD_OP, req.op);
-    /* Refill for the time since the last request (a clock that steps back refills nothing). */
+    /* Refill for the time since the last request. */
     uint64_t elapsed = now > s->last_ns ? now - s->last_ns : 0;
     s->last_ns = now;
     uint64_t full = (uint64_t)s->capacity * TB_MILLI;
