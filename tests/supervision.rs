@@ -425,3 +425,27 @@ async fn a_handle_reads_its_actors_state_as_bytes_or_typed() {
     assert!(matches!(c.state(T).await, Err(SendError::Gone { .. })));
     rt.shutdown().await;
 }
+
+/// Typed messages without a C struct: rkyv archives of host types, of any size the device takes, through an
+/// `echo` child; a reply that is not a valid archive of the asked type is a codec error, not garbage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_calls_with_rkyv_archives_validated_on_decode() {
+    #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, PartialEq)]
+    struct Reading {
+        sensor: String,
+        values: Vec<f32>,
+    }
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("e", GpuChild::new("echo")).name("app/e"))
+        .child(counter("c"));
+    let rt = Runtime::start(config().bulk_bytes(8192), spec).await.unwrap();
+    let (e, c) = (rt.gpu("app/e").unwrap(), rt.gpu("app/c").unwrap());
+    let reading = Reading { sensor: "fleet/7".into(), values: (0..500).map(|i| i as f32 / 4.0).collect() };
+    let back: Reading = e.call_archived(&reading, T).await.unwrap();
+    assert_eq!(back, reading, "2 KiB of archive there and back");
+    e.send_archived(&reading).unwrap();
+    // the counter's 16-byte reply is not a `Reading` archive
+    let err = c.call_archived::<i64, Reading>(&1, T).await.unwrap_err();
+    assert!(matches!(err, SendError::Device(ringvisor::device::DeviceError::Codec(_))), "{err}");
+    rt.shutdown().await;
+}

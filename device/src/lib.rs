@@ -48,6 +48,7 @@ pub use error::{DeviceCode, DeviceError};
 pub type Fault = SlotFault;
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{
-    check_payload, decode_archived, encode_archived, pod_bytes, Endpoint, Envelope, Reply, PAYLOAD_BYTES,
+    archive, check_payload, decode_archived, encode_archived, pod_bytes, Archivable, Endpoint, Envelope, Reply,
+    Unarchivable, PAYLOAD_BYTES,
 };
 pub use sync::Stream;

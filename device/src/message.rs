@@ -242,29 +242,58 @@ pub fn pod_bytes<T: bytemuck::Pod>(value: &T) -> &[u8] {
     bytemuck::bytes_of(value)
 }
 
-/// Encodes a host-side type with rkyv; fails if the archive does not fit in one envelope.
-pub fn encode_archived<T>(value: &T) -> Result<Vec<u8>, DeviceError>
-where
+/// What rkyv can archive for a message (the bound of [`archive`] and [`encode_archived`]).
+pub trait Archivable:
+    for<'a> rkyv::Serialize<
+    rkyv::api::high::HighSerializer<rkyv::util::AlignedVec, rkyv::ser::allocator::ArenaHandle<'a>, rkyv::rancor::Error>,
+>
+{
+}
+
+impl<T> Archivable for T where
     T: for<'a> rkyv::Serialize<
         rkyv::api::high::HighSerializer<
             rkyv::util::AlignedVec,
             rkyv::ser::allocator::ArenaHandle<'a>,
             rkyv::rancor::Error,
         >,
-    >,
+    >
 {
-    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(value).map_err(|e| DeviceError::Codec(e.to_string()))?;
-    check_payload(&bytes)?;
-    Ok(bytes.to_vec())
 }
 
-/// Decodes and validates an rkyv archive produced by [`encode_archived`] (or by a device behaviour).
-pub fn decode_archived<T>(bytes: &[u8]) -> Result<T, DeviceError>
+/// What rkyv can validate and decode from a message (the bound of [`decode_archived`]).
+pub trait Unarchivable: rkyv::Archive<Archived = Self::Checked> + Sized {
+    /// The archived form, checkable and deserialisable.
+    type Checked: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
+        + rkyv::Deserialize<Self, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>;
+}
+
+impl<T> Unarchivable for T
 where
     T: rkyv::Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
         + rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
 {
+    type Checked = T::Archived;
+}
+
+/// Encodes a host-side type with rkyv, of any length (a device takes it up to its
+/// [`Device::max_payload`](crate::Device::max_payload)).
+pub fn archive<T: Archivable>(value: &T) -> Result<Vec<u8>, DeviceError> {
+    let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(value).map_err(|e| DeviceError::Codec(e.to_string()))?;
+    Ok(bytes.to_vec())
+}
+
+/// Encodes a host-side type with rkyv; fails if the archive does not fit in one envelope (see [`archive`] for
+/// a device with bulk areas).
+pub fn encode_archived<T: Archivable>(value: &T) -> Result<Vec<u8>, DeviceError> {
+    let bytes = archive(value)?;
+    check_payload(&bytes)?;
+    Ok(bytes)
+}
+
+/// Decodes and validates an rkyv archive produced by [`encode_archived`] (or by a device behaviour).
+pub fn decode_archived<T: Unarchivable>(bytes: &[u8]) -> Result<T, DeviceError> {
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(bytes);
     rkyv::from_bytes::<T, rkyv::rancor::Error>(&aligned).map_err(|e| DeviceError::Codec(e.to_string()))

@@ -378,6 +378,24 @@ impl GpuActorRef {
         self.send(bytemuck::bytes_of(request))
     }
 
+    /// [`GpuActorRef::send`] of a host-side type archived with rkyv (for a behaviour that reads the archive, or
+    /// an actor that forwards it); up to the device's largest message.
+    pub fn send_archived<Req: ringvisor_device::Archivable>(&self, request: &Req) -> Result<(), SendError> {
+        self.send(&ringvisor_device::archive(request)?)
+    }
+
+    /// [`GpuActorRef::call`] with rkyv types: the request archived, the reply validated before it is decoded
+    /// (bytes that are not a valid `Resp` archive are [`SendError::Device`] with the codec's reason, never
+    /// garbage). Requests and replies up to the device's largest message (`bulk_bytes`).
+    pub async fn call_archived<Req, Resp>(&self, request: &Req, timeout: Duration) -> Result<Resp, SendError>
+    where
+        Req: ringvisor_device::Archivable,
+        Resp: ringvisor_device::Unarchivable,
+    {
+        let reply = self.call(&ringvisor_device::archive(request)?, timeout).await?;
+        Ok(ringvisor_device::decode_archived(reply.payload()?)?)
+    }
+
     /// A copy of the actor's state region (OTP's `sys:get_state`), taken between two messages, after every
     /// message sent to it before (see [`Device::read_state`]; the device's `bulk_bytes` must hold its
     /// `state_bytes`). The child must be running: while it is down the error says why
