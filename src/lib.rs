@@ -29,7 +29,7 @@ pub use runtime::{Runtime, RuntimeBuilder, RuntimeEnd, RuntimeError, DEVICE_CHIL
 /// The names most programs need: building and starting a tree, talking to its actors, watching it, and
 /// breaking it on purpose in tests.
 pub mod prelude {
-    pub use crate::device::{BehaviourSet, DeviceConfig, Reply, SlotFault, UserBehaviour};
+    pub use crate::device::{BehaviourSet, DeviceCode, DeviceConfig, Reply, SlotFault, UserBehaviour};
     pub use crate::faults::InjectedFault;
     pub use crate::supervisor::{
         AutoShutdown, Backoff, ChildRef, ChildSpec, ChildStatus, DeadLetter, DeadLetterReason, ExitReason, GpuActorRef,

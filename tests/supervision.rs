@@ -388,6 +388,8 @@ async fn large_messages_reach_a_supervised_child_and_come_back_whole_as_dead_let
     eventually("the poison dead-lettered", || rt.dead_letters().stats().count(DeadLetterReason::Poison) == 1).await;
     let letter = rt.dead_letters().snapshot().into_iter().find(|l| l.reason == DeadLetterReason::Poison).unwrap();
     assert_eq!((letter.payload, letter.slot), (poison, Some(t.slot())));
+    let code = Some(ringvisor::device::DeviceCode::Poison);
+    assert_eq!((letter.generation, letter.code), (Some(1), code), "the incarnation it crashed, the code as data");
     let reply = t.call(&big, T).await.unwrap();
     assert_eq!((reply.generation, reply.payload().unwrap()), (2, &big[..]));
     let too_big = vec![0u8; 16 * 1024 + 1];

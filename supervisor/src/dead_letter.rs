@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use ringvisor_device::{Endpoint, Envelope, UndeliveredReason};
+use ringvisor_device::{DeviceCode, Endpoint, Envelope, UndeliveredReason};
 use tokio::sync::mpsc;
 
 use crate::sync::lock;
@@ -122,10 +122,27 @@ pub struct DeadLetter {
     pub target: Option<String>,
     /// The target's device slot, if it was a GPU actor.
     pub slot: Option<u32>,
+    /// The incarnation (generation) of the GPU actor it was sent to, when the device handed it back.
+    pub generation: Option<u32>,
+    /// The device's failure code, when the actor failed on this very message ([`DeadLetterReason::Poison`]):
+    /// as data, e.g. `DeviceCode::User(1222)` for a behaviour's own code.
+    pub code: Option<DeviceCode>,
     /// The payload.
     pub payload: Vec<u8>,
     /// When it became a dead letter.
     pub at: SystemTime,
+}
+
+/// Where on the device a message handed back was: the slot, the incarnation it was sent to, and the failure
+/// code if that incarnation failed on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceOrigin {
+    /// The slot.
+    pub slot: u32,
+    /// The incarnation (generation).
+    pub generation: u32,
+    /// The failure code, for the message the actor failed on.
+    pub code: Option<DeviceCode>,
 }
 
 /// What happens when the queue is full and another letter arrives. Either way the eviction is counted.
@@ -221,9 +238,35 @@ impl DeadLetters {
         slot: Option<u32>,
         payload: Vec<u8>,
     ) -> u64 {
+        self.record(reason, origin, target, None, slot, payload)
+    }
+
+    /// Records a message the device handed back, with the incarnation it was sent to and the failure code if
+    /// that incarnation failed on it; returns its sequence number.
+    pub fn push_handed_back(
+        &self,
+        reason: DeadLetterReason,
+        origin: Origin,
+        target: Option<String>,
+        device: DeviceOrigin,
+        payload: Vec<u8>,
+    ) -> u64 {
+        self.record(reason, origin, target, Some(device), Some(device.slot), payload)
+    }
+
+    fn record(
+        &self,
+        reason: DeadLetterReason,
+        origin: Origin,
+        target: Option<String>,
+        device: Option<DeviceOrigin>,
+        slot: Option<u32>,
+        payload: Vec<u8>,
+    ) -> u64 {
         let inner = &self.inner;
         let seq = inner.next_seq.fetch_add(1, Ordering::Relaxed);
-        let letter = DeadLetter { seq, reason, origin, target, slot, payload, at: SystemTime::now() };
+        let (generation, code) = device.map_or((None, None), |d| (Some(d.generation), d.code));
+        let letter = DeadLetter { seq, reason, origin, target, slot, generation, code, payload, at: SystemTime::now() };
         inner.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ringvisor_dead_letters_total", "reason" => reason.label()).increment(1);
         tracing::debug!(seq, reason = reason.label(), target = ?letter.target, slot = ?slot, "dead letter");

@@ -32,7 +32,9 @@ mod validate;
 
 pub use child::{ActorFactory, BoxFuture, GpuChild, StartContext};
 pub use config::{SpecError, SpecErrors, SpecLoader};
-pub use dead_letter::{DeadLetter, DeadLetterReason, DeadLetterStats, DeadLetters, Origin, OverflowPolicy};
+pub use dead_letter::{
+    DeadLetter, DeadLetterReason, DeadLetterStats, DeadLetters, DeviceOrigin, Origin, OverflowPolicy,
+};
 pub use error::{RegistryError, SendError, SupervisorError};
 pub use gpu::{EventFault, SlotMsg};
 pub use handle::{ChildRef, GpuActorRef};

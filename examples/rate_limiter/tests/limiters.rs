@@ -87,6 +87,8 @@ async fn a_crashed_limiter_restarts_from_fresh_state_and_its_message_is_a_dead_l
     assert_eq!(letters.len(), 1, "{letters:?}");
     assert_eq!(letters[0].reason, DeadLetterReason::Poison);
     assert_eq!(letters[0].target.as_deref(), Some("limiter/client-7"));
+    // the incarnation it crashed and the device's code, as data
+    assert_eq!((letters[0].generation, letters[0].code), (Some(1), Some(DeviceCode::Injected)));
     // The same handle reaches the new incarnation: a full bucket and fresh counts.
     let reply: Reply = limiter.call_typed(&Request::take(1), T).await.unwrap();
     assert_eq!((reply.client, reply.granted, reply.granted_total), (7, 1, 1));

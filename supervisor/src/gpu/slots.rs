@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use ractor::ActorRef;
-use ringvisor_device::{Device, EventHook, SlotEvent};
+use ringvisor_device::{Device, EventHook, EventKind, SlotEvent, UndeliveredReason};
 
 use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
 use super::watchdog::Watchdogs;
 use super::SlotMsg;
-use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
+use crate::dead_letter::{DeadLetterReason, DeadLetters, DeviceOrigin, Origin};
 
 /// Who listens to a slot's device events: its slot actor, and the name its dead letters are filed under.
 pub(super) struct SlotBinding {
@@ -91,12 +91,19 @@ impl DeviceSlots {
             Some(b) => (b.actor.clone(), Some(b.target.clone())),
             None => (None, None),
         };
+        // A (re)creation hands back what the previous incarnation left; every other event, its own.
+        let e = &event.event;
+        let sent_to = match e.kind {
+            EventKind::Created | EventKind::Restarted => e.generation.wrapping_sub(1),
+            _ => e.generation,
+        };
         for u in &event.undelivered {
-            dead_letters.push(
+            let code = (u.reason == UndeliveredReason::InFlightAtCrash).then_some(e.code).flatten();
+            dead_letters.push_handed_back(
                 DeadLetterReason::from(u.reason),
                 Origin::of(&u.envelope),
                 target.clone(),
-                Some(u.slot),
+                DeviceOrigin { slot: u.slot, generation: sent_to, code },
                 u.envelope.payload().to_vec(),
             );
         }
