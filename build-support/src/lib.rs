@@ -20,7 +20,9 @@
 //! `RV_BEHAVIOUR_FN int name(rv_actor_ctx *ctx, const rv_envelope *msg)`. `compile` builds it with the host C++
 //! compiler for the CPU backend (the same code NVRTC compiles for the GPU), exports it under a C symbol, and
 //! writes `$OUT_DIR/ringvisor_behaviours.rs` with a `user_behaviours()` function returning one
-//! `UserBehaviour` per behaviour, its CUDA source embedded for the CUDA backend.
+//! `UserBehaviour` per behaviour, its CUDA source embedded for the CUDA backend (and its state size, when
+//! declared with `state`), and a `c_layouts()` function reporting the C structs listed with `c_struct`, for a
+//! test to check the Rust mirrors against.
 #![warn(missing_docs)]
 
 use std::fmt::Write as _;
@@ -133,10 +135,17 @@ struct Entry {
     state_type: Option<String>,
 }
 
+/// A C struct whose layout the generated `c_layouts()` reports.
+struct CStruct {
+    c_type: String,
+    fields: Vec<String>,
+}
+
 /// A set of user behaviours to compile.
 #[derive(Default)]
 pub struct Behaviours {
     entries: Vec<Entry>,
+    c_structs: Vec<CStruct>,
     crate_path: Option<String>,
 }
 
@@ -179,6 +188,16 @@ impl Behaviours {
                 state_type: Some(c_type.into()),
             });
         }
+        self
+    }
+
+    /// Reports the layout of C struct `c_type` (a typedef or struct name in one of the files) and of the
+    /// listed fields, as the C compiler lays them out: the generated `c_layouts()` returns one
+    /// `CLayout` per struct, for a test to [`check`](https://docs.rs/ringvisor-device) against the Rust
+    /// mirror (`rust_layout!(Reply, [client, granted])`), so the two cannot drift apart unnoticed. A field
+    /// that does not exist is a compile error of the build script.
+    pub fn c_struct(mut self, c_type: &str, fields: &[&str]) -> Self {
+        self.c_structs.push(CStruct { c_type: c_type.into(), fields: fields.iter().map(|f| f.to_string()).collect() });
         self
     }
 
@@ -241,6 +260,9 @@ impl Behaviours {
             );
             let _ = writeln!(rs, "    static rv_user_state_bytes_{}: u32;", e.name);
         }
+        for c in &self.c_structs {
+            let _ = writeln!(rs, "    static rv_user_c_layout_{}: [u64; {}];", c.c_type, 2 + 2 * c.fields.len());
+        }
         let _ = writeln!(rs, "}}\n\n/// The behaviours compiled by this crate's build script.");
         let _ =
             writeln!(rs, "pub fn user_behaviours() -> ::std::vec::Vec<{krate}::UserBehaviour> {{\n    ::std::vec![");
@@ -263,12 +285,57 @@ impl Behaviours {
             );
         }
         let _ = writeln!(rs, "    ]\n}}");
+        Self::write_c_layouts(&self.c_structs, &krate, &mut cpp, &mut rs)?;
         let cpp_path = out_dir.join("ringvisor_behaviours.cpp");
         std::fs::write(&cpp_path, cpp).map_err(|e| BuildError::Io(cpp_path.clone(), e))?;
         let rs_path = out_dir.join("ringvisor_behaviours.rs");
         std::fs::write(&rs_path, rs).map_err(|e| BuildError::Io(rs_path.clone(), e))?;
 
         kernel_compiler()?.file(&cpp_path).compile(lib_name);
+        Ok(())
+    }
+
+    /// Each reported struct as an array the C compiler fills (`sizeof`, the field count, then each field's
+    /// offset and size), and `c_layouts()` reading them into `CLayout`s.
+    fn write_c_layouts(structs: &[CStruct], krate: &str, cpp: &mut String, rs: &mut String) -> Result<(), BuildError> {
+        let _ = writeln!(
+            rs,
+            "\n/// The C structs this crate's build script reports (`c_struct`), as the C compiler laid them \
+             out.\n#[allow(dead_code)]\npub fn c_layouts() -> ::std::vec::Vec<{krate}::CLayout> {{\n    ::std::vec!["
+        );
+        for c in structs {
+            if !is_ident(&c.c_type) || c.fields.is_empty() || !c.fields.iter().all(|f| is_ident(f)) {
+                return Err(BuildError::InvalidName(format!("struct `{}` / fields {:?}", c.c_type, c.fields)));
+            }
+            let (t, n) = (&c.c_type, 2 + 2 * c.fields.len());
+            let mut values = format!("(uint64_t)sizeof({t}), {}", c.fields.len());
+            for f in &c.fields {
+                let _ = write!(values, ", (uint64_t)RV_OFFSETOF({t}, {f}), (uint64_t)sizeof((({t} *)0)->{f})");
+            }
+            let _ = writeln!(
+                cpp,
+                "extern \"C\" const uint64_t rv_user_c_layout_{t}[{n}]; const uint64_t rv_user_c_layout_{t}[{n}] = {{ {values} }};"
+            );
+            let _ = writeln!(
+                rs,
+                "        {{\n            // SAFETY: a constant array the compiled C file defines and never writes."
+            );
+            let _ = writeln!(rs, "            let raw = unsafe {{ &rv_user_c_layout_{t} }};");
+            let _ = writeln!(
+                rs,
+                "            {krate}::CLayout {{ name: {t:?}, size: raw[0] as usize, fields: ::std::vec!["
+            );
+            for (i, f) in c.fields.iter().enumerate() {
+                let _ = writeln!(
+                    rs,
+                    "                {krate}::CField {{ name: {f:?}, offset: raw[{}] as usize, size: raw[{}] as usize }},",
+                    2 + 2 * i,
+                    3 + 2 * i
+                );
+            }
+            let _ = writeln!(rs, "            ] }}\n        }},");
+        }
+        let _ = writeln!(rs, "    ]\n}}");
         Ok(())
     }
 }

@@ -18,6 +18,7 @@
 mod backend;
 pub mod behaviour;
 mod bulk;
+pub mod c_layout;
 mod codes;
 mod device;
 pub mod error;
@@ -37,6 +38,7 @@ pub use backend::cuda::{
 };
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
+pub use c_layout::{CField, CLayout};
 pub use device::{
     CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, SlotFault,
     SlotSnapshot, UNRESPONSIVE_AFTER,

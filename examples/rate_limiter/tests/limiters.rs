@@ -19,6 +19,28 @@ async fn start() -> Runtime {
     Runtime::builder().device(config).start_toml(tree(), SpecLoader::new()).await.expect("the tree starts")
 }
 
+/// The build script reports the C structs as the C compiler laid them out (`c_struct` in build.rs); each Rust
+/// mirror must match it field by field.
+#[test]
+fn the_c_message_structs_and_the_rust_ones_agree_at_build_time() {
+    use ringvisor::device::rust_layout;
+    use ringvisor_example_rate_limiter::{c_layouts, Init};
+    let rust = [
+        rust_layout!(Init, [client, capacity, refill_per_sec]),
+        rust_layout!(Request, [op, cost]),
+        rust_layout!(Reply, [client, granted, tokens_left, reserved, granted_total, denied_total]),
+    ];
+    let c = c_layouts();
+    assert_eq!(c.len(), rust.len());
+    for (c, rust) in c.iter().zip(&rust) {
+        c.check(rust).unwrap();
+    }
+    // a drift is named: the C reply against a Rust struct with one field fewer
+    let short = rust_layout!(Reply, [client, granted, tokens_left, granted_total, denied_total]);
+    let err = c[2].check(&short).unwrap_err();
+    assert!(err.contains("field `reserved` of tb_reply is not in Reply"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_c_structs_and_the_rust_ones_agree() {
     let rt = start().await;
