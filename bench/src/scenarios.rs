@@ -716,7 +716,7 @@ fn glob_segment(pattern: &str, seg: &str) -> bool {
 
 /// Pattern lookups among 100,000 names (`fleet/g0/s0` to `fleet/g99/s999`), one registry for every case:
 /// for each `(pattern, expected matches)`, the registry's lookup and a linear scan of the names.
-pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summary)> {
+pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summary, Summary)> {
     let rt = tokio();
     let registry = Registry::new();
     let cell = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0.get_cell() });
@@ -752,9 +752,11 @@ pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summ
         .map(|&(pattern, expected)| {
             assert_eq!(registry.find(pattern).expect("find").len(), expected);
             let found = time(n, &|| registry.find(pattern).expect("find").len(), expected);
+            let visited = time(n, &|| registry.for_each_match(pattern, |_, _| {}).expect("visit"), expected);
             let scanned = time((n / 50).max(50), &|| scan(pattern), expected);
             (
-                Summary::of("registry pattern lookup", found, Unit::Nanos),
+                Summary::of("registry pattern lookup (find)", found, Unit::Nanos),
+                Summary::of("registry pattern visit (for_each_match)", visited, Unit::Nanos),
                 Summary::of("linear scan", scanned, Unit::Nanos),
             )
         })

@@ -106,6 +106,8 @@ struct Glob<'p> {
     min_len: usize,
     /// `None` when the glob holds a `*`.
     max_len: Option<usize>,
+    /// The glob is its literal prefix and one final `*`: every segment with the prefix matches.
+    prefix_and_star: bool,
 }
 
 const BAD_CHARS: &str = "segments may hold only letters, digits, `_ - . : @ +` and the wildcards `* ? [...]`";
@@ -139,7 +141,8 @@ impl<'p> Glob<'p> {
         let min_len = toks.iter().filter(|t| !matches!(t, Tok::Star)).count();
         let max_len = (!toks.contains(&Tok::Star)).then_some(min_len);
         // Literals are single ASCII bytes, so the prefix is the glob's first `literal` bytes.
-        Ok(Self { prefix: &seg[..literal], toks, min_len, max_len })
+        let prefix_and_star = toks.len() == literal + 1 && toks.last() == Some(&Tok::Star);
+        Ok(Self { prefix: &seg[..literal], toks, min_len, max_len, prefix_and_star })
     }
 
     /// The inside of `[...]`: an optional `!` or `^`, then characters and `a-z` ranges.
@@ -266,12 +269,12 @@ impl Node {
         self.value.is_none() && self.children.is_empty()
     }
 
-    /// Appends to `out` every name under this node (whose own name is `path`) matching `pat`.
-    fn collect(&self, pat: &[Seg<'_>], path: &mut String, out: &mut Vec<(String, ChildRef)>, visits: &mut usize) {
+    /// Hands `out` every name under this node (whose own name is `path`) matching `pat`, with its child.
+    fn collect(&self, pat: &[Seg<'_>], path: &mut String, out: &mut dyn FnMut(&str, &ChildRef), visits: &mut usize) {
         *visits += 1;
         let Some((first, rest)) = pat.split_first() else {
             if let Some(child) = &self.value {
-                out.push((path.clone(), child.clone()));
+                out(path, child);
             }
             return;
         };
@@ -280,7 +283,7 @@ impl Node {
             child: &Node,
             rest: &[Seg<'_>],
             path: &mut String,
-            out: &mut Vec<(String, ChildRef)>,
+            out: &mut dyn FnMut(&str, &ChildRef),
             visits: &mut usize,
         ) {
             let len = path.len();
@@ -304,7 +307,7 @@ impl Node {
                     .take_while(|(name, _)| name.starts_with(glob.prefix));
                 for (name, child) in same_prefix {
                     let fits = name.len() >= glob.min_len && glob.max_len.is_none_or(|max| name.len() <= max);
-                    if fits && glob.matches(name) {
+                    if glob.prefix_and_star || (fits && glob.matches(name)) {
                         descend(name, child, rest, path, out, visits);
                     }
                 }
@@ -412,7 +415,8 @@ impl Registry {
         let mut found = Vec::new();
         let mut visits = 0;
         let index = read(&self.inner.index);
-        index.collect(&segs, &mut String::with_capacity(64), &mut found, &mut visits);
+        let mut keep = |name: &str, child: &ChildRef| found.push((name.to_string(), child.clone()));
+        index.collect(&segs, &mut String::with_capacity(64), &mut keep, &mut visits);
         drop(index);
         // Without `**` the walk visits names in segment order already; `**` tries a name's subtree before
         // its siblings' (`**/1` finds `1` before `0/1`), and two of them can reach a name by two ways.
@@ -421,6 +425,31 @@ impl Registry {
             found.dedup_by(|a, b| a.0 == b.0);
         }
         Ok((found, visits))
+    }
+
+    /// Calls `visit` with every name matching `pattern` and its child, borrowed: [`Registry::find`]'s
+    /// results in its order, without allocating a name or cloning a handle per match (for large result sets,
+    /// or to count). Returns how many matched. `visit` runs while the registry's index is read-locked: it
+    /// must not bind or unbind names (collect what it needs and act afterwards). A pattern with `**` is
+    /// collected with `find` first (its order needs a sort).
+    pub fn for_each_match(
+        &self,
+        pattern: &str,
+        mut visit: impl FnMut(&str, &ChildRef),
+    ) -> Result<usize, RegistryError> {
+        let segs = parse_pattern(pattern)?;
+        if segs.contains(&Seg::AnyDepth) {
+            let found = self.find(pattern)?;
+            found.iter().for_each(|(name, child)| visit(name, child));
+            return Ok(found.len());
+        }
+        let mut matched = 0;
+        let mut count = |name: &str, child: &ChildRef| {
+            matched += 1;
+            visit(name, child)
+        };
+        read(&self.inner.index).collect(&segs, &mut String::with_capacity(64), &mut count, &mut 0);
+        Ok(matched)
     }
 
     /// Every registry change from now on.

@@ -54,6 +54,14 @@ async fn patterns_match_segments_depths_and_characters() {
     assert!(find("fleet/sensors/1*x").is_empty());
     assert_eq!(reg.lookup("fleet/pumps/1").unwrap().id(), "fleet/pumps/1");
     assert!(reg.lookup("fleet/pumps").is_none());
+    // the borrowing visitor sees exactly what `find` returns, in the same order, with or without `**`
+    for pattern in ["fleet/sensors/*", "*/sensors/1", "fleet/**", "**/1", "fleet/[!p]*/?", "nothing/*"] {
+        let mut seen = Vec::new();
+        let n = reg.for_each_match(pattern, |name, child| seen.push((name.to_string(), child.id().to_string())));
+        let want: Vec<(String, String)> = find(pattern).iter().map(|(n, c)| (n.clone(), c.id().to_string())).collect();
+        assert_eq!((n.unwrap(), &seen), (want.len(), &want), "{pattern}");
+    }
+    assert!(reg.for_each_match("a/b**", |_, _| {}).is_err());
 }
 
 #[tokio::test]
