@@ -90,10 +90,12 @@ pub enum DeviceError {
         detail: u32,
     },
     /// The message was handed back undelivered (its actor was killed, restarted, or crashed on it).
-    #[error("message to slot {slot} was not delivered: {reason:?}")]
+    #[error("message to slot {slot} (generation {generation}) was not delivered: {reason:?}")]
     Undelivered {
         /// The slot.
         slot: u32,
+        /// The incarnation it was sent to.
+        generation: u32,
         /// Why.
         reason: UndeliveredReason,
     },

@@ -68,6 +68,8 @@ impl DeviceEvent {
 pub struct Undelivered {
     /// The slot it was sent to.
     pub slot: u32,
+    /// The incarnation (generation) of the slot's actor it was sent to.
+    pub generation: u32,
     /// The message, as it was written.
     pub envelope: Envelope,
     /// Why it was not processed.

@@ -58,7 +58,7 @@ fn a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for() {
     assert!(took <= lost_after + Duration::from_secs(2), "lost after {took:?}");
     // The waiting call learns its message will never be processed.
     let err = waiting.join().unwrap().unwrap_err();
-    assert_eq!(err, DeviceError::Undelivered { slot: 3, reason: UndeliveredReason::DeviceLost });
+    assert!(matches!(err, DeviceError::Undelivered { slot: 3, reason: UndeliveredReason::DeviceLost, .. }), "{err}");
     // Every message sent after the halt is handed back exactly once, in a DeviceLost event of its slot.
     let mut handed = HashSet::new();
     let mut lost_slots = HashSet::new();

@@ -86,6 +86,7 @@ fn failure_reports_the_poison_message_and_restart_reports_the_rest() {
     let r = d.restart(1, "test", &[]).unwrap().wait_blocking(T).unwrap();
     let back: Vec<u64> = r.undelivered.iter().map(|u| u.envelope.correlation).collect();
     assert_eq!(back, after, "the poison message is reported once, the rest at the restart");
+    assert!(r.undelivered.iter().all(|u| u.generation == 1), "sent to the incarnation that failed");
     let late_reply = d.replies().recv_timeout(T).expect("the message sent after the failure is processed");
     assert_eq!((late_reply.correlation, late_reply.generation), (late, 2));
     let reply = d.call(1, &test_msg(1, 9, 0), T).unwrap();
@@ -150,7 +151,8 @@ fn injected_crash_fails_the_actor_on_its_next_message() {
     d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
     d.inject(0, SlotFault::CrashNextMessage).unwrap();
     let err = d.call(0, b"hello", T).unwrap_err();
-    assert_eq!(err, DeviceError::Undelivered { slot: 0, reason: UndeliveredReason::InFlightAtCrash });
+    let reason = UndeliveredReason::InFlightAtCrash;
+    assert_eq!(err, DeviceError::Undelivered { slot: 0, generation: 1, reason }, "the incarnation it crashed");
     let f = next_event(&events, EventKind::Failed);
     assert_eq!(f.event.code, Some(DeviceCode::Injected));
     // one-shot: after a restart the actor works again

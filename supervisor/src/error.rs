@@ -93,12 +93,17 @@ pub enum SendError {
     /// The device handed the message back: the actor crashed on it, was killed or restarted with it queued,
     /// its device was lost or its slot quarantined. The message is in the dead-letter queue with the same
     /// reason.
-    #[error("message to `{actor}` (slot {slot}) was not delivered: {}", reason.explain())]
+    #[error(
+        "message to `{actor}` (slot {slot}, generation {generation}) was not delivered: {}",
+        reason.explain()
+    )]
     Undelivered {
         /// The actor: its registry name, or its child id.
         actor: String,
         /// Its device slot.
         slot: u32,
+        /// The incarnation it was sent to.
+        generation: u32,
         /// Why, in the dead-letter queue's words.
         reason: DeadLetterReason,
     },

@@ -349,8 +349,8 @@ impl GpuActorRef {
             DeviceError::DeviceLost => self.dead_letter(DeadLetterReason::DeviceLost, payload),
             DeviceError::Closed => self.dead_letter(DeadLetterReason::DeadTarget, payload),
             // Filed as a dead letter by whoever handed it back (the device's accounting).
-            DeviceError::Undelivered { slot, reason } => {
-                return SendError::Undelivered { actor: self.shared.target(), slot, reason: reason.into() }
+            DeviceError::Undelivered { slot, generation, reason } => {
+                return SendError::Undelivered { actor: self.shared.target(), slot, generation, reason: reason.into() }
             }
             _ => {}
         }
@@ -408,8 +408,8 @@ impl GpuActorRef {
         let gpu = self.gpu();
         gpu.device().read_state_async(gpu.slot(), timeout).await.map_err(|e| match e {
             DeviceError::Timeout => SendError::Timeout,
-            DeviceError::Undelivered { slot, reason } => {
-                SendError::Undelivered { actor: self.shared.target(), slot, reason: reason.into() }
+            DeviceError::Undelivered { slot, generation, reason } => {
+                SendError::Undelivered { actor: self.shared.target(), slot, generation, reason: reason.into() }
             }
             e => SendError::Device(e),
         })

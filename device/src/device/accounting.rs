@@ -203,6 +203,7 @@ impl DeviceInner {
                         let env = self.inbox_envelope(event.slot, event.failed_index);
                         undelivered.push(Undelivered {
                             slot: event.slot,
+                            generation: event.generation,
                             envelope: env,
                             reason: UndeliveredReason::InFlightAtCrash,
                         });
@@ -269,7 +270,8 @@ impl DeviceInner {
             && !at_or_after(event.failed_index, cutoff)
         {
             let env = self.inbox_envelope(slot, event.failed_index);
-            out.push(Undelivered { slot, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
+            let generation = host.generation;
+            out.push(Undelivered { slot, generation, envelope: env, reason: UndeliveredReason::InFlightAtCrash });
             host.poison_reported = Some(event.failed_index);
         }
         if event.inbox_head == RV_NO_INDEX {
@@ -300,7 +302,7 @@ impl DeviceInner {
             while i != cutoff {
                 if host.poison_reported != Some(i) {
                     let envelope = self.inbox_envelope(slot, i);
-                    out.push(Undelivered { slot, envelope, reason });
+                    out.push(Undelivered { slot, generation: host.generation, envelope, reason });
                 }
                 i = i.wrapping_add(1);
             }
@@ -394,7 +396,7 @@ impl DeviceInner {
             };
             counter.fetch_add(1, Ordering::Relaxed);
             if let Some(w) = lock(&self.calls).remove(&u.envelope.correlation) {
-                w.complete(Err(DeviceError::Undelivered { slot: u.slot, reason: u.reason }));
+                w.complete(Err(DeviceError::Undelivered { slot: u.slot, generation: u.generation, reason: u.reason }));
             }
         }
     }

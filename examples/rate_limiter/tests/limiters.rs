@@ -91,8 +91,8 @@ async fn a_crashed_limiter_restarts_from_fresh_state_and_its_message_is_a_dead_l
     let err = limiter.call_typed::<_, Reply>(&Request::take(1), T).await.unwrap_err();
     // The error names the actor and uses the dead-letter queue's word for what happened.
     match &err {
-        SendError::Undelivered { actor, reason, .. } => {
-            assert_eq!((actor.as_str(), *reason), ("limiter/client-7", DeadLetterReason::Poison))
+        SendError::Undelivered { actor, reason, generation, .. } => {
+            assert_eq!((actor.as_str(), *reason, *generation), ("limiter/client-7", DeadLetterReason::Poison, 1))
         }
         other => panic!("the crashing message: {other}"),
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use ractor::ActorRef;
-use ringvisor_device::{Device, EventHook, EventKind, SlotEvent, UndeliveredReason};
+use ringvisor_device::{Device, EventHook, SlotEvent, UndeliveredReason};
 
 use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
@@ -91,19 +91,14 @@ impl DeviceSlots {
             Some(b) => (b.actor.clone(), Some(b.target.clone())),
             None => (None, None),
         };
-        // A (re)creation hands back what the previous incarnation left; every other event, its own.
-        let e = &event.event;
-        let sent_to = match e.kind {
-            EventKind::Created | EventKind::Restarted => e.generation.wrapping_sub(1),
-            _ => e.generation,
-        };
         for u in &event.undelivered {
-            let code = (u.reason == UndeliveredReason::InFlightAtCrash).then_some(e.code).flatten();
+            // The code of the failure this message caused; a (re)creation's event carries no code.
+            let code = (u.reason == UndeliveredReason::InFlightAtCrash).then_some(event.event.code).flatten();
             dead_letters.push_handed_back(
                 DeadLetterReason::from(u.reason),
                 Origin::of(&u.envelope),
                 target.clone(),
-                DeviceOrigin { slot: u.slot, generation: sent_to, code },
+                DeviceOrigin { slot: u.slot, generation: u.generation, code },
                 u.envelope.payload().to_vec(),
             );
         }
