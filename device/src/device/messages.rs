@@ -98,8 +98,23 @@ impl Device {
     /// Sends a message and waits for its reply. The device's error answer comes back as
     /// [`DeviceError::ErrorReply`], a message handed back undelivered as [`DeviceError::Undelivered`].
     pub fn call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
+        self.run_call(timeout, |deadline| self.start_call(slot, payload, deadline))
+    }
+
+    /// Async form of [`Device::call`]. Waiting for inbox room, if any, polls briefly.
+    pub async fn call_async(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
+        self.run_call_async(timeout, |deadline| self.start_call(slot, payload, deadline)).await
+    }
+
+    /// Writes a call with `start` (which waits up to the deadline it is given for inbox room), then waits for
+    /// its answer until `timeout` has passed.
+    fn run_call(
+        &self,
+        timeout: Duration,
+        start: impl FnOnce(Instant) -> Result<(u64, CallWaiter), DeviceError>,
+    ) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
-        let (correlation, waiter) = self.start_call(slot, payload, deadline)?;
+        let (correlation, waiter) = start(deadline)?;
         let out = match self.assist_until_answered(&waiter, deadline) {
             Some(out) => Some(out),
             None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
@@ -107,11 +122,16 @@ impl Device {
         self.finish_call(correlation, out)
     }
 
-    /// Async form of [`Device::call`]. Waiting for inbox room, if any, polls briefly.
-    pub async fn call_async(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
+    /// Async form of [`Device::run_call`]: `start` is tried without waiting, and again after a short sleep
+    /// while the inbox is full.
+    async fn run_call_async(
+        &self,
+        timeout: Duration,
+        start: impl Fn(Instant) -> Result<(u64, CallWaiter), DeviceError>,
+    ) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = loop {
-            match self.start_call(slot, payload, Instant::now()) {
+            match start(Instant::now()) {
                 Err(DeviceError::InboxFull { .. }) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_micros(100)).await
                 }
@@ -139,31 +159,14 @@ impl Device {
     /// long; a region larger than [`Device::max_payload`] is refused before anything is sent (raise
     /// `bulk_bytes`). Errors as [`Device::call`]'s.
     pub fn read_state(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let deadline = Instant::now() + timeout;
-        let (correlation, waiter) = self.start_state_read(slot, deadline)?;
-        let out = match self.assist_until_answered(&waiter, deadline) {
-            Some(out) => Some(out),
-            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
-        };
-        Ok(self.finish_call(correlation, out)?.payload()?.to_vec())
+        let reply = self.run_call(timeout, |deadline| self.start_state_read(slot, deadline))?;
+        Ok(reply.payload()?.to_vec())
     }
 
     /// Async form of [`Device::read_state`].
     pub async fn read_state_async(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let deadline = Instant::now() + timeout;
-        let (correlation, waiter) = loop {
-            match self.start_state_read(slot, Instant::now()) {
-                Err(DeviceError::InboxFull { .. }) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_micros(100)).await
-                }
-                other => break other?,
-            }
-        };
-        let out = match self.assist_until_answered(&waiter, deadline) {
-            Some(out) => Some(out),
-            None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
-        };
-        Ok(self.finish_call(correlation, out)?.payload()?.to_vec())
+        let reply = self.run_call_async(timeout, |deadline| self.start_state_read(slot, deadline)).await?;
+        Ok(reply.payload()?.to_vec())
     }
 
     fn start_state_read(&self, slot: u32, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
