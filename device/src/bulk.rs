@@ -5,6 +5,7 @@
 //! around the area's end, 16-byte aligned. The same arithmetic as `rv_bulk_reserve` / `rv_bulk_at` in
 //! `kernels/rv_protocol.cu`; the device checks every reference the host writes, and the host every one it reads.
 
+use crate::device::at_or_after;
 use crate::layout::{RawBulkRef, RawEnvelope, RV_FLAG_BULK};
 
 /// Reserves `len` bytes (non-zero, at most `size`) in an area of `size` bytes whose producer counter is `tail`
@@ -44,8 +45,14 @@ pub(crate) fn offset(size: u32, r: RawBulkRef) -> Option<u32> {
     if size == 0 || r.len > size {
         return None;
     }
-    let start = r.end.wrapping_sub(r.len) & (size - 1);
+    let start = start(size, r);
     (start + r.len <= size).then_some(start)
+}
+
+/// Where `r`'s bytes start in an area of `size` bytes (a power of two); inside the area for every reference
+/// [`reserve`] made, unchecked otherwise (see [`offset`]).
+pub(crate) fn start(size: u32, r: RawBulkRef) -> u32 {
+    r.end.wrapping_sub(r.len) & (size - 1)
 }
 
 /// The producer side of the host-to-actor area of one slot: the host writes large messages into it and frees
@@ -62,7 +69,7 @@ impl InboxBulk {
     /// Frees the bytes of every large message whose inbox cell is below `floor` (reusable).
     pub(crate) fn release_below(&mut self, floor: u32) {
         while let Some(&(index, end)) = self.in_use.front() {
-            if (floor.wrapping_sub(index) as i32) <= 0 {
+            if at_or_after(index, floor) {
                 break;
             }
             self.head = end;
@@ -77,11 +84,6 @@ impl InboxBulk {
         self.tail = end;
         self.in_use.push_back((index, end));
         Some(RawBulkRef { end, len })
-    }
-
-    /// Whether a message of `len` bytes would find room now.
-    pub(crate) fn has_room(&self, size: u32, len: u32) -> bool {
-        reserve(size, self.tail, self.head, len).is_some()
     }
 }
 
@@ -125,11 +127,11 @@ mod tests {
         let mut bulk = InboxBulk::default();
         let a = bulk.reserve(256, 5, 120).expect("room");
         let b = bulk.reserve(256, 7, 120).expect("room");
-        assert!(!bulk.has_room(256, 120));
+        assert_eq!(bulk.reserve(256, 8, 120), None);
         bulk.release_below(5); // cell 5 still in use
-        assert!(!bulk.has_room(256, 120));
+        assert_eq!(bulk.reserve(256, 8, 120), None);
         bulk.release_below(6);
-        assert!(bulk.has_room(256, 120));
+        assert_eq!(bulk.reserve(256, 8, 120), Some(RawBulkRef { end: 376, len: 120 }));
         assert_eq!((a.end, b.end), (120, 248));
         bulk.release_below(100);
         assert!(bulk.in_use.is_empty());

@@ -100,22 +100,33 @@ pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, cap
     host.cached_head
 }
 
-/// Whether `slot`'s inbox has room now for a message of `len` payload bytes: a free cell and, for a large
-/// message, room in the slot's bulk area (whose bytes are freed as the cells of earlier large messages become
-/// reusable). The device's head is re-read when the cached one leaves no room.
-pub(super) fn inbox_has_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32, len: usize) -> bool {
+/// Room taken in a slot's inbox for the next message (at the host's tail).
+pub(super) enum InboxRoom {
+    /// A free cell: the payload fits the envelope.
+    Cell,
+    /// A free cell and these bytes of the slot's bulk area, reserved for a large payload.
+    CellAndBulk(RawBulkRef),
+}
+
+/// Takes room in `slot`'s inbox for a message of `len` payload bytes, or `None` while there is none: a free
+/// cell and, for a large message, bytes of the slot's bulk area (freed as the cells of earlier large messages
+/// become reusable). The device's head is re-read when the cached one leaves no room.
+pub(super) fn take_inbox_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32, len: usize) -> Option<InboxRoom> {
     let capacity = grid.config().inbox_capacity;
     for fresh in [false, true] {
         let floor = inbox_floor(grid, host, slot, capacity, fresh);
         host.bulk.release_below(floor);
         if host.tail.wrapping_sub(floor) >= capacity {
-            return false; // the head was re-read already: the cells are full
+            return None; // the head was re-read already: the cells are full
         }
-        if len <= PAYLOAD_BYTES || host.bulk.has_room(grid.config().bulk_bytes, len as u32) {
-            return true;
+        if len <= PAYLOAD_BYTES {
+            return Some(InboxRoom::Cell);
+        }
+        if let Some(r) = host.bulk.reserve(grid.config().bulk_bytes, host.tail, len as u32) {
+            return Some(InboxRoom::CellAndBulk(r));
         }
     }
-    false
+    None
 }
 
 /// The cmd_id of the restart block 0 carries out under a grant, bringing `slot` to `generation`.
@@ -124,7 +135,7 @@ pub(super) fn granted_cmd_id(slot: u32, generation: u32) -> u64 {
 }
 
 /// `a` is at or after `b` in wrapping index order.
-pub(super) fn at_or_after(a: u32, b: u32) -> bool {
+pub(crate) fn at_or_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) >= 0
 }
 

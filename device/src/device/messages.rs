@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::accounting::{inbox_has_room, SlotHost};
+use super::accounting::{take_inbox_room, InboxRoom, SlotHost};
 use super::{Device, DeviceInner};
 use crate::bulk;
 use crate::error::DeviceError;
@@ -27,8 +27,13 @@ impl Device {
     /// Whether this device takes a message of `payload`'s length ([`Device::max_payload`]): the check made
     /// before anything is written or queued.
     pub fn check_payload(&self, payload: &[u8]) -> Result<(), DeviceError> {
-        if payload.len() > self.max_payload() {
-            return Err(DeviceError::PayloadTooLarge { len: payload.len(), max: self.max_payload() });
+        self.check_payload_len(payload.len())
+    }
+
+    fn check_payload_len(&self, len: usize) -> Result<(), DeviceError> {
+        let max = self.max_payload();
+        if len > max {
+            return Err(DeviceError::PayloadTooLarge { len, max });
         }
         Ok(())
     }
@@ -59,19 +64,14 @@ impl Device {
         }
         let hlc = host_hlc();
         let mut n = 0;
-        for p in payloads {
-            if !inbox_has_room(&inner.grid, &mut host, slot, p.as_ref().len()) {
-                break;
-            }
-            let large = p.as_ref().len() > PAYLOAD_BYTES;
+        for p in payloads.iter().map(AsRef::as_ref) {
+            let Some(room) = take_inbox_room(&inner.grid, &mut host, slot, p.len()) else { break };
             let correlation = inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-            let p = p.as_ref();
-            let inline = if large { &[][..] } else { p };
+            // A large payload is not copied into an envelope first: `put_message` writes it to the bulk area.
+            let inline = if matches!(room, InboxRoom::Cell) { p } else { &[] };
             let mut raw = Envelope::to_actor_unchecked(slot, correlation, inline, false).to_raw();
             raw.hlc = hlc;
-            if !inner.put_message(&mut host, slot, raw, large.then_some(p)) {
-                break;
-            }
+            inner.put_message(&mut host, slot, raw, room, p);
             n += 1;
         }
         if n == 0 {
@@ -170,10 +170,8 @@ impl Device {
     }
 
     fn start_state_read(&self, slot: u32, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
-        let state_bytes = self.inner.grid.config().state_bytes as usize;
-        if state_bytes > self.max_payload() {
-            return Err(DeviceError::PayloadTooLarge { len: state_bytes, max: self.max_payload() });
-        }
+        // the whole region comes back as one reply
+        self.check_payload_len(self.inner.grid.config().state_bytes as usize)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         let mut env = Envelope::to_actor_unchecked(slot, correlation, &[], true);
         env.kind = RV_KIND_STATE as u8;
@@ -262,10 +260,9 @@ impl Device {
             if !host.accepting {
                 return Err(inner.refusal(&host, slot));
             }
-            raw.hlc = host_hlc();
-            if inbox_has_room(&inner.grid, &mut host, slot, env.payload().len())
-                && inner.put_message(&mut host, slot, raw, env.is_large().then(|| env.payload()))
-            {
+            if let Some(room) = take_inbox_room(&inner.grid, &mut host, slot, env.payload().len()) {
+                raw.hlc = host_hlc();
+                inner.put_message(&mut host, slot, raw, room, env.payload());
                 inner.grid.publish_inbox_tail(slot, host.tail);
                 drop(host);
                 inner.counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -282,20 +279,16 @@ impl Device {
 }
 
 impl DeviceInner {
-    /// Writes one message into `slot`'s inbox at the host's tail (the caller checked the room and publishes the
-    /// tail): `raw` as is, or for a `large` payload the payload into the slot's bulk area and a reference to it
-    /// into `raw`. False (nothing written) if the bulk area has no room after all.
-    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, large: Option<&[u8]>) -> bool {
-        if let Some(payload) = large {
-            let size = self.grid.config().bulk_bytes;
-            let Some(r) = host.bulk.reserve(size, host.tail, payload.len() as u32) else { return false };
-            let Some(offset) = bulk::offset(size, r) else { return false }; // a reservation lies inside its area
-            self.grid.write_inbox_bulk(slot, offset, payload);
+    /// Writes one message into `slot`'s inbox at the host's tail, in the `room` taken for it (the caller
+    /// publishes the tail): `raw` as is for a payload in its envelope, or `payload` into the bulk bytes reserved
+    /// and a reference to them into `raw`.
+    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, room: InboxRoom, payload: &[u8]) {
+        if let InboxRoom::CellAndBulk(r) = room {
+            self.grid.write_inbox_bulk(slot, bulk::start(self.grid.config().bulk_bytes, r), payload);
             bulk::set_reference(&mut raw, r);
         }
         self.grid.write_inbox(slot, host.tail, &raw);
         host.tail = host.tail.wrapping_add(1);
-        true
     }
 }
 

@@ -41,6 +41,7 @@ mod poll;
 mod snapshot;
 mod subscribers;
 
+pub(crate) use accounting::at_or_after;
 pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
 pub use faults::{DeviceFault, SlotFault};
