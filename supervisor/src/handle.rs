@@ -348,13 +348,21 @@ impl GpuActorRef {
         match e {
             DeviceError::DeviceLost => self.dead_letter(DeadLetterReason::DeviceLost, payload),
             DeviceError::Closed => self.dead_letter(DeadLetterReason::DeadTarget, payload),
-            // Filed as a dead letter by whoever handed it back (the device's accounting).
-            DeviceError::Undelivered { slot, generation, reason } => {
-                return SendError::Undelivered { actor: self.shared.target(), slot, generation, reason: reason.into() }
-            }
+            // An undelivered one was filed as a dead letter by whoever handed it back (the device's accounting).
             _ => {}
         }
-        SendError::Device(e)
+        self.named(e)
+    }
+
+    /// A device error as the handle's: an undelivered message names the actor, in the dead letters' words
+    /// (the device filed the letter when it handed the message back); any other error as it is.
+    fn named(&self, e: DeviceError) -> SendError {
+        match e {
+            DeviceError::Undelivered { slot, generation, reason } => {
+                SendError::Undelivered { actor: self.shared.target(), slot, generation, reason: reason.into() }
+            }
+            e => SendError::Device(e),
+        }
     }
 
     /// The device the child runs on, with its slot pool.
@@ -408,10 +416,7 @@ impl GpuActorRef {
         let gpu = self.gpu();
         gpu.device().read_state_async(gpu.slot(), timeout).await.map_err(|e| match e {
             DeviceError::Timeout => SendError::Timeout,
-            DeviceError::Undelivered { slot, generation, reason } => {
-                SendError::Undelivered { actor: self.shared.target(), slot, generation, reason: reason.into() }
-            }
-            e => SendError::Device(e),
+            e => self.named(e),
         })
     }
 
