@@ -261,7 +261,10 @@ impl Behaviours {
             let _ = writeln!(rs, "    static rv_user_state_bytes_{}: u32;", e.name);
         }
         for c in &self.c_structs {
-            let _ = writeln!(rs, "    static rv_user_c_layout_{}: [u64; {}];", c.c_type, 2 + 2 * c.fields.len());
+            if !is_ident(&c.c_type) || c.fields.is_empty() || !c.fields.iter().all(|f| is_ident(f)) {
+                return Err(BuildError::InvalidName(format!("struct `{}` / fields {:?}", c.c_type, c.fields)));
+            }
+            let _ = writeln!(rs, "    static rv_user_c_layout_{}: [u64; {}];", c.c_type, 1 + 2 * c.fields.len());
         }
         let _ = writeln!(rs, "}}\n\n/// The behaviours compiled by this crate's build script.");
         let _ =
@@ -285,7 +288,7 @@ impl Behaviours {
             );
         }
         let _ = writeln!(rs, "    ]\n}}");
-        Self::write_c_layouts(&self.c_structs, &krate, &mut cpp, &mut rs)?;
+        Self::write_c_layouts(&self.c_structs, &krate, &mut cpp, &mut rs);
         let cpp_path = out_dir.join("ringvisor_behaviours.cpp");
         std::fs::write(&cpp_path, cpp).map_err(|e| BuildError::Io(cpp_path.clone(), e))?;
         let rs_path = out_dir.join("ringvisor_behaviours.rs");
@@ -295,20 +298,17 @@ impl Behaviours {
         Ok(())
     }
 
-    /// Each reported struct as an array the C compiler fills (`sizeof`, the field count, then each field's
-    /// offset and size), and `c_layouts()` reading them into `CLayout`s.
-    fn write_c_layouts(structs: &[CStruct], krate: &str, cpp: &mut String, rs: &mut String) -> Result<(), BuildError> {
+    /// Each reported struct (names checked by `compile`) as an array the C compiler fills (`sizeof`, then each
+    /// field's offset and size), and `c_layouts()` reading them into `CLayout`s.
+    fn write_c_layouts(structs: &[CStruct], krate: &str, cpp: &mut String, rs: &mut String) {
         let _ = writeln!(
             rs,
             "\n/// The C structs this crate's build script reports (`c_struct`), as the C compiler laid them \
              out.\n#[allow(dead_code)]\npub fn c_layouts() -> ::std::vec::Vec<{krate}::CLayout> {{\n    ::std::vec!["
         );
         for c in structs {
-            if !is_ident(&c.c_type) || c.fields.is_empty() || !c.fields.iter().all(|f| is_ident(f)) {
-                return Err(BuildError::InvalidName(format!("struct `{}` / fields {:?}", c.c_type, c.fields)));
-            }
-            let (t, n) = (&c.c_type, 2 + 2 * c.fields.len());
-            let mut values = format!("(uint64_t)sizeof({t}), {}", c.fields.len());
+            let (t, n) = (&c.c_type, 1 + 2 * c.fields.len());
+            let mut values = format!("(uint64_t)sizeof({t})");
             for f in &c.fields {
                 let _ = write!(values, ", (uint64_t)RV_OFFSETOF({t}, {f}), (uint64_t)sizeof((({t} *)0)->{f})");
             }
@@ -329,13 +329,12 @@ impl Behaviours {
                 let _ = writeln!(
                     rs,
                     "                {krate}::CField {{ name: {f:?}, offset: raw[{}] as usize, size: raw[{}] as usize }},",
-                    2 + 2 * i,
-                    3 + 2 * i
+                    1 + 2 * i,
+                    2 + 2 * i
                 );
             }
             let _ = writeln!(rs, "            ] }}\n        }},");
         }
         let _ = writeln!(rs, "    ]\n}}");
-        Ok(())
     }
 }
