@@ -39,20 +39,24 @@ fn elapsed_ns(t0: Instant) -> f64 {
 
 // ---------- round trip ----------
 
-struct Echo;
-struct EchoMsg(u64, RpcReplyPort<u64>);
+/// A ractor actor that answers each message with its value (`u64` for round trips, `Vec<u8>` for large ones).
+struct Echo<T>(std::marker::PhantomData<fn() -> T>);
+struct EchoMsg<T>(T, RpcReplyPort<T>);
 
-impl Actor for Echo {
-    type Msg = EchoMsg;
+/// An [`Echo`] of `u64`s (round trips; also the actor behind registry entries and spawned trees).
+const ECHO: Echo<u64> = Echo(std::marker::PhantomData);
+
+impl<T: Send + 'static> Actor for Echo<T> {
+    type Msg = EchoMsg<T>;
     type State = ();
     type Arguments = ();
-    async fn pre_start(&self, _: ActorRef<EchoMsg>, _: ()) -> Result<(), ActorProcessingErr> {
+    async fn pre_start(&self, _: ActorRef<EchoMsg<T>>, _: ()) -> Result<(), ActorProcessingErr> {
         Ok(())
     }
     async fn handle(
         &self,
-        _: ActorRef<EchoMsg>,
-        EchoMsg(v, reply): EchoMsg,
+        _: ActorRef<EchoMsg<T>>,
+        EchoMsg(v, reply): EchoMsg<T>,
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         let _ = reply.send(v);
@@ -77,7 +81,7 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
         let h = r.gpu("b/e").expect("echo");
         (r, h)
     });
-    let echo = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0 });
+    let echo = rt.block_on(async { Actor::spawn(None, ECHO, ()).await.expect("spawn").0 });
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, tokio::sync::oneshot::Sender<u64>)>(64);
     rt.spawn(async move {
         while let Some((v, reply)) = rx.recv().await {
@@ -390,27 +394,6 @@ pub fn crossbeam_channel(messages: u64, runs: usize) -> Summary {
 
 // ---------- large messages ----------
 
-struct EchoBytes;
-struct EchoBytesMsg(Vec<u8>, RpcReplyPort<Vec<u8>>);
-
-impl Actor for EchoBytes {
-    type Msg = EchoBytesMsg;
-    type State = ();
-    type Arguments = ();
-    async fn pre_start(&self, _: ActorRef<EchoBytesMsg>, _: ()) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-    async fn handle(
-        &self,
-        _: ActorRef<EchoBytesMsg>,
-        EchoBytesMsg(bytes, reply): EchoBytesMsg,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        let _ = reply.send(bytes);
-        Ok(())
-    }
-}
-
 /// Round trips of a `size`-byte payload through an `echo` GPU actor (`Device::call`: the request crosses the
 /// slot's inbox bulk area, the reply its outbox bulk area) and through a ractor actor that echoes a `Vec<u8>`
 /// (`call`), in interleaved rounds; plus the device's 8-byte round trip in the same rounds, for what the size
@@ -420,7 +403,8 @@ pub fn large_round_trip(size: usize, n: usize) -> (Summary, Summary, Summary) {
     let rt = tokio();
     let device = Device::open(DeviceConfig::default().slots(2).bulk_bytes(64 * 1024)).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
-    let echo = rt.block_on(async { Actor::spawn(None, EchoBytes, ()).await.expect("spawn").0 });
+    let echo = rt
+        .block_on(async { Actor::spawn(None, Echo::<Vec<u8>>(std::marker::PhantomData), ()).await.expect("spawn").0 });
     let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
     let small = 7u64.to_le_bytes();
     let mut samples: Vec<Vec<f64>> = (0..3).map(|_| Vec::with_capacity(n)).collect();
@@ -442,7 +426,7 @@ pub fn large_round_trip(size: usize, n: usize) -> (Summary, Summary, Summary) {
                     let mut v = Vec::with_capacity(per_round);
                     for _ in 0..per_round {
                         let t0 = Instant::now();
-                        let back = echo.call(|p| EchoBytesMsg(payload.clone(), p), None).await.expect("call");
+                        let back = echo.call(|p| EchoMsg(payload.clone(), p), None).await.expect("call");
                         v.push(elapsed_ns(t0));
                         assert_eq!(back.expect("echo").len(), size);
                     }
@@ -689,7 +673,7 @@ pub fn spawn_ractor_actors(n: u32) -> (Summary, Summary) {
     let actors = rt.block_on(async {
         let mut v = Vec::with_capacity(n as usize);
         for _ in 0..n {
-            v.push(Actor::spawn(None, Echo, ()).await.expect("spawn").0);
+            v.push(Actor::spawn(None, ECHO, ()).await.expect("spawn").0);
         }
         v
     });
@@ -719,7 +703,7 @@ fn glob_segment(pattern: &str, seg: &str) -> bool {
 pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summary, Summary)> {
     let rt = tokio();
     let registry = Registry::new();
-    let cell = rt.block_on(async { Actor::spawn(None, Echo, ()).await.expect("spawn").0.get_cell() });
+    let cell = rt.block_on(async { Actor::spawn(None, ECHO, ()).await.expect("spawn").0.get_cell() });
     let mut names = Vec::with_capacity(100_000);
     for g in 0..100 {
         for s in 0..1000 {
@@ -850,7 +834,7 @@ impl Actor for Spawner {
     type Arguments = ();
     async fn pre_start(&self, myself: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
         for _ in 0..self.0 {
-            Actor::spawn_linked(None, Echo, (), myself.get_cell()).await?;
+            Actor::spawn_linked(None, ECHO, (), myself.get_cell()).await?;
         }
         Ok(())
     }
