@@ -36,6 +36,8 @@ pub use backend::cuda::emulated::{EmulatedDriver, EmulatedGpu, EXEC_TIMEOUT as E
 pub use backend::cuda::{
     driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
+#[cfg(feature = "wgpu")]
+pub use backend::wgpu::{adapters as wgpu_adapters, WgpuConfig};
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};

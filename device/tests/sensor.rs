@@ -32,6 +32,9 @@ fn normal(i: u32) -> f64 {
 }
 
 fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_reading() {
+    if skip_on_wgpu("sensor and alerts compute in f64, which WGSL does not have: they are not on the wgpu backend") {
+        return;
+    }
     let d = open(4);
     d.create(0, "alerts", &[]).unwrap().wait_blocking(T).unwrap();
     d.create(1, "sensor", &sensor_init(0, 8, 4.0)).unwrap().wait_blocking(T).unwrap();
@@ -57,6 +60,9 @@ fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_readin
 }
 
 fn bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running() {
+    if skip_on_wgpu("sensor and alerts compute in f64, which WGSL does not have: they are not on the wgpu backend") {
+        return;
+    }
     let d = open(2);
     d.create(1, "sensor", &sensor_init(0, 4, 3.0)).unwrap().wait_blocking(T).unwrap();
     for bad in [reading(f64::NAN, false, 0), reading(f64::INFINITY, false, 1), vec![1, 2, 3]] {
@@ -84,3 +90,18 @@ on_every_backend!(
     bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running,
     a_restart_event_reports_what_the_previous_incarnation_processed,
 );
+
+/// On the wgpu backend a behaviour with no WGSL version is refused by the device when it is created, with the
+/// same error as a behaviour the device does not know; other slots are unaffected.
+#[cfg(feature = "wgpu")]
+#[test]
+fn the_wgpu_backend_refuses_to_create_a_behaviour_it_has_no_wgsl_version_of() {
+    if !wgpu_or_skip() {
+        return;
+    }
+    let d = Device::open(DeviceConfig::default().slots(2).backend(Backend::Wgpu(WgpuConfig::default()))).unwrap();
+    let err = d.create(0, "sensor", &sensor_init(1, 8, 3.0)).unwrap().wait_blocking(T);
+    assert!(matches!(err, Err(DeviceError::Rejected { slot: 0, code: DeviceCode::UnknownBehaviour })), "{err:?}");
+    d.create(1, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(d.call(1, b"still here", T).unwrap().payload().unwrap(), b"still here");
+}

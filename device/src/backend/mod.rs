@@ -3,6 +3,8 @@
 
 pub mod cpu;
 pub mod cuda;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::sync::Arc;
 
@@ -17,14 +19,18 @@ pub enum Backend {
     Cpu(cpu::CpuConfig),
     /// A persistent CUDA kernel (needs an NVIDIA driver and NVRTC at run time).
     Cuda(cuda::CudaConfig),
+    /// The protocol in WGSL, run in rounds of dispatches by a host thread through wgpu (needs a Vulkan adapter;
+    /// Mesa's lavapipe runs it on the CPU).
+    #[cfg(feature = "wgpu")]
+    Wgpu(self::wgpu::WgpuConfig),
 }
 
 /// The environment variable that picks the default backend: `cpu`, `cuda` (persistent kernel),
-/// `cuda-event` (event-driven kernel), or `cuda-emulated` (the CUDA backend over the emulated driver, for
-/// tests). Unset: `cpu`.
+/// `cuda-event` (event-driven kernel), `cuda-emulated` (the CUDA backend over the emulated driver, for
+/// tests), or `wgpu` (WebGPU, with the `wgpu` feature). Unset: `cpu`.
 pub const BACKEND_ENV: &str = "RINGVISOR_BACKEND";
 
-const BACKEND_NAMES: &str = "`cpu`, `cuda`, `cuda-event` or `cuda-emulated`";
+const BACKEND_NAMES: &str = "`cpu`, `cuda`, `cuda-event`, `cuda-emulated` or `wgpu`";
 
 impl Backend {
     /// The CUDA backend on a new emulated GPU (host threads run the host build of the kernels; the driver's
@@ -36,7 +42,8 @@ impl Backend {
         })
     }
 
-    /// The backend named by `name` (`cpu`, `cuda`, `cuda-event`), with default settings.
+    /// The backend named by `name` (`cpu`, `cuda`, `cuda-event`, `cuda-emulated`, `wgpu`), with default
+    /// settings. `wgpu` without the `wgpu` feature is an error that says so.
     pub fn parse(name: &str) -> Result<Backend, DeviceError> {
         match name.trim() {
             "cpu" => Ok(Backend::Cpu(cpu::CpuConfig::default())),
@@ -46,6 +53,12 @@ impl Backend {
                 ..cuda::CudaConfig::default()
             })),
             "cuda-emulated" => Ok(Backend::cuda_emulated(cuda::emulated::EmulatedGpu::default())),
+            #[cfg(feature = "wgpu")]
+            "wgpu" => Ok(Backend::Wgpu(self::wgpu::WgpuConfig::default())),
+            #[cfg(not(feature = "wgpu"))]
+            "wgpu" => Err(DeviceError::BackendUnavailable(
+                "the wgpu backend is not in this build: enable ringvisor-device's `wgpu` feature".into(),
+            )),
             other => Err(DeviceError::InvalidConfig(format!("unknown backend `{other}`: expected {BACKEND_NAMES}"))),
         }
     }
@@ -85,6 +98,10 @@ pub(crate) fn start(
             Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, latency_mode)?)
         }
         Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
+        #[cfg(feature = "wgpu")]
+        Backend::Wgpu(config) => {
+            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, latency_mode)?)
+        }
     })
 }
 

@@ -15,6 +15,51 @@ pub enum Which {
     Cpu,
     CudaEmulated,
     Gpu,
+    Wgpu,
+}
+
+/// True if a Vulkan adapter is there for the wgpu backend; otherwise the calling test says it skipped, or fails
+/// when `RINGVISOR_REQUIRE_WGPU=1` (set by `.ci/run`, which installs Mesa's lavapipe).
+pub fn wgpu_or_skip() -> bool {
+    if !wgpu_adapters().is_empty() {
+        return true;
+    }
+    let required = std::env::var("RINGVISOR_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "RINGVISOR_REQUIRE_WGPU=1 but wgpu finds no Vulkan adapter (apt-get install mesa-vulkan-drivers)"
+    );
+    eprintln!("SKIPPED: no Vulkan adapter for the wgpu backend; set RINGVISOR_REQUIRE_WGPU=1 to make this a failure");
+    false
+}
+
+/// The Vulkan adapters wgpu finds (looked up once per test process).
+pub fn wgpu_adapters() -> &'static [String] {
+    static ADAPTERS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    #[cfg(feature = "wgpu")]
+    return ADAPTERS.get_or_init(ringvisor_device::wgpu_adapters);
+    #[cfg(not(feature = "wgpu"))]
+    return ADAPTERS.get_or_init(Vec::new);
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_backend() -> Backend {
+    Backend::Wgpu(WgpuConfig::default())
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_backend() -> Backend {
+    unreachable!("run_on skips the wgpu backend when the feature is off")
+}
+
+/// True when the running test runs on the wgpu backend: a test that cannot apply there returns early, saying
+/// why.
+pub fn skip_on_wgpu(why: &str) -> bool {
+    let on = CURRENT.with(|c| matches!(*c.borrow(), Some(Which::Wgpu)));
+    if on {
+        eprintln!("SKIPPED on wgpu: {why}");
+    }
+    on
 }
 
 /// The real CUDA backend `RINGVISOR_BACKEND` names, if it names one.
@@ -37,6 +82,7 @@ pub fn backend() -> Backend {
         None => Backend::default(),
         Some(Which::Cpu) => Backend::Cpu(CpuConfig::default()),
         Some(Which::Gpu) => gpu_backend().expect("checked by run_on"),
+        Some(Which::Wgpu) => wgpu_backend(),
         Some(Which::CudaEmulated) => {
             let driver = EmulatedDriver::new(EmulatedGpu::default());
             EMULATED.with(|e| e.borrow_mut().push(driver.clone()));
@@ -53,6 +99,9 @@ pub fn run_on(which: Which, test: fn()) {
         eprintln!("SKIPPED: RINGVISOR_BACKEND does not name a CUDA backend (`cuda`, `cuda-event`): no GPU run");
         return;
     }
+    if matches!(which, Which::Wgpu) && !wgpu_or_skip() {
+        return;
+    }
     CURRENT.with(|c| *c.borrow_mut() = Some(which));
     test();
     for driver in EMULATED.with(|e| std::mem::take(&mut *e.borrow_mut())) {
@@ -62,8 +111,9 @@ pub fn run_on(which: Which, test: fn()) {
     }
 }
 
-/// Turns the listed test functions into one test per backend: `cpu::name`, `cuda_emulated::name`, and
-/// `gpu::name` (skipped unless `RINGVISOR_BACKEND` names the real CUDA backend).
+/// Turns the listed test functions into one test per backend: `cpu::name`, `cuda_emulated::name`, `wgpu::name`
+/// (the WebGPU backend; skipped without a Vulkan adapter unless `RINGVISOR_REQUIRE_WGPU=1`), and `gpu::name`
+/// (skipped unless `RINGVISOR_BACKEND` names the real CUDA backend).
 #[macro_export]
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -72,6 +122,9 @@ macro_rules! on_every_backend {
         }
         mod cuda_emulated {
             $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::CudaEmulated, super::$name) } )*
+        }
+        mod wgpu {
+            $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::Wgpu, super::$name) } )*
         }
         mod gpu {
             $( #[test] fn $name() { $crate::common::run_on($crate::common::Which::Gpu, super::$name) } )*

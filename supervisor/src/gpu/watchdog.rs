@@ -117,7 +117,7 @@ impl Watchdogs {
         let device_stalled = device.heartbeat_age() >= UNRESPONSIVE_AFTER.min(self.tick() * 2);
         let device_down = device_stalled || device.health() == DeviceHealth::Lost;
         let now = Instant::now();
-        let read_state = self.ticks.fetch_add(1, Ordering::Relaxed) % ENDED_EVERY == 0;
+        let read_state = self.ticks.fetch_add(1, Ordering::Relaxed).is_multiple_of(ENDED_EVERY);
         let mut verdicts = Vec::new();
         let mut watched = lock(&self.watched);
         for (slot, entry) in watched.iter_mut().enumerate() {
