@@ -3,11 +3,13 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large]`
+//! [--only-large] [--only-wgpu]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
-//! pattern lookups; `--only-large` only the 4 KiB message rows.
+//! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
+//! (beside the CPU backend's).
 
+mod backends;
 mod heap;
 mod scenarios;
 mod stats;
@@ -26,6 +28,7 @@ fn main() {
     let mut only_tree: Option<Vec<u32>> = None;
     let mut only_registry = false;
     let mut only_large = false;
+    let mut only_wgpu = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -38,6 +41,7 @@ fn main() {
             }
             "--only-registry" => only_registry = true,
             "--only-large" => only_large = true,
+            "--only-wgpu" => only_wgpu = true,
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -62,6 +66,10 @@ fn main() {
             tree_sizes: [10_000, 100_000],
         }
     };
+    if only_wgpu {
+        println!("{}", markdown(&backends::wgpu_rows(scale.latency_samples, scale.throughput_messages, 3)));
+        return;
+    }
     if only_large {
         println!("{}", markdown(&large_message_rows(scale)));
         return;
@@ -93,7 +101,7 @@ fn main() {
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
-         [--only-large]"
+         [--only-large] [--only-wgpu]"
     );
     std::process::exit(2)
 }
@@ -282,5 +290,6 @@ fn run(s: Scale) -> (Vec<Row>, String) {
 
     eprintln!("registry ...");
     rows.extend(registry_rows(s.latency_samples));
+    rows.extend(backends::wgpu_rows(s.latency_samples, s.throughput_messages, 3));
     (rows, svg)
 }

@@ -13,14 +13,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringvisor::device::{BehaviourSet, Device, DeviceConfig};
+use ringvisor::device::{Backend, BehaviourSet, CpuConfig, Device, DeviceConfig, WgpuConfig};
 use ringvisor::supervisor::ractor::{Actor, ActorProcessingErr, ActorRef};
 use ringvisor::supervisor::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Host,
+    /// GPU children on the CPU backend.
     Gpu,
+    /// GPU children on the WebGPU backend (needs a Vulkan adapter: the caller checks).
+    Wgpu,
 }
 
 #[derive(Debug)]
@@ -165,7 +168,7 @@ fn shutdown_of(kv: &HashMap<String, String>, default: Shutdown) -> Shutdown {
 
 fn child_spec(id: &str, kvs: &HashMap<String, String>, mode: Mode, starts: &Starts) -> ChildSpec {
     let hang = kvs.get("hang_on_shutdown").is_some_and(|v| v == "true");
-    let spec = if mode == Mode::Gpu && !hang {
+    let spec = if mode != Mode::Host && !hang {
         let (starts, kvs2, id2) = (starts.clone(), kvs.clone(), id.to_string());
         let gpu = GpuChild::new("test").init_with(move |_| {
             let mut init = POISON.to_le_bytes().to_vec();
@@ -432,15 +435,20 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
     let starts: Starts = Arc::default();
     let (services, device) = match mode {
         Mode::Host => (Services::host_only(), None),
-        Mode::Gpu => {
+        Mode::Gpu | Mode::Wgpu => {
             let slots = (count_workers(&scenario.tree) + 8).next_power_of_two();
+            let backend = match mode {
+                Mode::Wgpu => Backend::Wgpu(WgpuConfig::default()),
+                _ => Backend::Cpu(CpuConfig::default()),
+            };
             let config = DeviceConfig::default()
+                .backend(backend)
                 .slots(slots)
                 .inbox_capacity(16)
                 .outbox_capacity(16)
                 .state_bytes(64)
                 .behaviours(BehaviourSet::builtins());
-            let device = Device::open(config).expect("CPU device opens");
+            let device = Device::open(config).expect("device opens");
             (Services::with_device(device.clone()), Some(device))
         }
     };

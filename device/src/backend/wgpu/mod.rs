@@ -329,10 +329,12 @@ impl WgpuExecutor {
             failure: Mutex::new(None),
             adapter,
         });
+        register_exit_handler();
         let s = shared.clone();
+        let live = LiveThread::new();
         let thread = std::thread::Builder::new()
             .name("ringvisor-wgpu".into())
-            .spawn(move || run(&s, gpu))
+            .spawn(move || run(&s, gpu, live))
             .map_err(|e| DeviceError::InvalidConfig(format!("wgpu backend: cannot spawn its thread: {e}")))?;
         tracing::debug!(adapter = %shared.adapter, slots = header.slot_count, "wgpu backend started");
         Ok(Self { shared, base, thread: Mutex::new(Some(thread)) })
@@ -343,21 +345,70 @@ fn now_ns(clock: SystemTime) -> u64 {
     clock.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The executor thread: rounds until terminate, a halt injected into the device, or a GPU error.
-fn run(s: &WgpuShared, gpu: Gpu) {
+/// Executor threads alive in this process, and the flag that stops them all at process exit.
+static LIVE_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// At process exit, stops every executor thread before the Vulkan driver's own exit handlers run (they were
+/// registered earlier, so they run later): a thread still inside the driver while its exit handlers tear it down
+/// crashes the process (seen with lavapipe when the last `Device` handle was dropped by its poller thread after
+/// `main` had returned). Waits at most two seconds.
+extern "C" fn stop_executors_at_exit() {
+    EXITING.store(true, Ordering::Release);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while LIVE_THREADS.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn register_exit_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` with no captured state; atexit may be called at any time.
+        if unsafe { libc::atexit(stop_executors_at_exit) } != 0 {
+            tracing::warn!("wgpu backend: could not register the exit handler that stops executor threads");
+        }
+    });
+}
+
+/// Counts an executor thread as alive while it exists.
+struct LiveThread;
+
+impl LiveThread {
+    fn new() -> Self {
+        LIVE_THREADS.fetch_add(1, Ordering::AcqRel);
+        Self
+    }
+}
+
+impl Drop for LiveThread {
+    fn drop(&mut self) {
+        LIVE_THREADS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The executor thread: rounds until terminate, a halt injected into the device, a GPU error, or process exit.
+/// The GPU objects are dropped on this thread before it counts itself gone.
+fn run(s: &WgpuShared, gpu: Gpu, live: LiveThread) {
+    run_rounds(s, &gpu);
+    drop(gpu);
+    drop(live);
+}
+
+fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
     let mut mirror = Mirror::new(s.header, &s.host);
     let mut backoff = IdleBackoff::new(2, s.config.park_max).latency_mode(s.latency_mode);
     let started = std::time::Instant::now();
     let terminate = std::mem::offset_of!(RawGridHeader, terminate);
     let faults = std::mem::offset_of!(RawGridHeader, device_faults);
-    while !s.terminate.load(Ordering::Acquire) {
+    while !s.terminate.load(Ordering::Acquire) && !EXITING.load(Ordering::Acquire) {
         let seen = s.parker.epoch();
         if s.host_load(terminate) != 0 || s.host_load(faults) & RV_DEVICE_HALT != 0 {
             // The kernel has left (terminate) or the device is lost for good (halt): nothing runs any more.
             s.parker.park(seen, s.config.park_max);
             continue;
         }
-        match round(s, &gpu, &mut mirror, started) {
+        match round(s, gpu, &mut mirror, started) {
             Ok(progress) => {
                 if progress {
                     backoff.reset();
