@@ -10,9 +10,11 @@ use crate::stats::{Row, Summary, Unit};
 const T: Duration = Duration::from_secs(30);
 const SLOTS: u32 = 16;
 
+/// A device on `backend` whose liveness is not judged (`lost_after(None)`): these rows time rounds, and a loaded
+/// machine must not turn a slow round into a lost device.
 fn open(backend: &Backend) -> Device {
-    Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(1024).state_bytes(64).backend(backend.clone()))
-        .expect("device opens")
+    let config = DeviceConfig::default().slots(SLOTS).inbox_capacity(1024).state_bytes(64).lost_after(None);
+    Device::open(config.backend(backend.clone())).expect("device opens")
 }
 
 fn name(backend: &Backend) -> &'static str {
