@@ -69,22 +69,11 @@ fn s64w(off: u32, v: vec2<u32>) { s32w(off, v.x); s32w(off + 4u, v.y); }
 fn l64(off: u32) -> vec2<u32> { return vec2<u32>(l32(off), l32(off + 4u)); }
 fn l64w(off: u32, v: vec2<u32>) { l32w(off, v.x); l32w(off + 4u, v.y); }
 
-// A byte of the local region, read and written (other bytes of its word are left alone).
-fn l8(off: u32) -> u32 { return (l32(off & ~3u) >> ((off & 3u) * 8u)) & 0xFFu; }
-fn l8w(off: u32, v: u32) {
-    let sh = (off & 3u) * 8u;
-    atomicAnd(&L[off >> 2u], ~(0xFFu << sh));
-    atomicOr(&L[off >> 2u], (v & 0xFFu) << sh);
-}
-
 // ---- 64-bit values as (lo, hi) ------------------------------------------------------------------------------
 fn u64_of(lo: u32) -> vec2<u32> { return vec2<u32>(lo, 0u); }
 fn u64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
     let lo = a.x + b.x;
     return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
-}
-fn u64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
-    return vec2<u32>(a.x - b.x, a.y - b.y - select(0u, 1u, a.x < b.x));
 }
 fn u64_inc(a: vec2<u32>) -> vec2<u32> { return u64_add(a, vec2<u32>(1u, 0u)); }
 fn u64_lt(a: vec2<u32>, b: vec2<u32>) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }

@@ -77,9 +77,8 @@ fn kcell_at(slot: u32, index: u32) -> u32 {
 }
 fn state_at(slot: u32) -> u32 { return g_state + slot * g_state_bytes; }
 
-// Control-block fields of a slot.
+// A control-block field of a slot.
 fn cbf(slot: u32, field: u32) -> u32 { return s32(cb_at(slot) + field); }
-fn cbf_w(slot: u32, field: u32, v: u32) { s32w(cb_at(slot) + field, v); }
 
 fn rv_grid_now() -> vec2<u32> { return rv_now(); }
 
@@ -108,7 +107,6 @@ fn env_word0(kind: u32, flags: u32, len: u32) -> u32 { return (kind & 0xFFu) | (
 fn m_kind() -> u32 { return env_kind(m_env[0]); }
 fn m_flags() -> u32 { return env_flags(m_env[0]); }
 fn m_len() -> u32 { return env_len(m_env[0]); }
-fn m_word(off: u32) -> u32 { return m_env[off / 4u]; }
 
 fn load_msg_from_s(off: u32) { for (var i = U.zero; i < ENV_WORDS; i = i + 1u) { m_env[i] = s32(off + 4u * i); } }
 fn load_msg_from_l(off: u32) { for (var i = U.zero; i < ENV_WORDS; i = i + 1u) { m_env[i] = l32(off + 4u * i); } }
@@ -496,7 +494,7 @@ fn rv_actor_run(slot: u32, injected: i32) -> i32 {
 
 fn rv_stall_requested(slot: u32) -> bool { return !u64_is_zero(s64(cb_at(slot) + O_control_block_stall_until_ns)); }
 
-fn rv_k2k_release(km: u32, cell: u32, khead: u32, any_parity: bool) {
+fn rv_k2k_release(km: u32, cell: u32, khead: u32) {
     let w0 = l32(cell + O_k2k_cell_env);
     if ((env_flags(w0) & RV_FLAG_BULK) != 0u) {
         l32w(km + O_k2k_meta_bulk_head, l32(cell + O_k2k_cell_env + O_envelope_payload));
@@ -615,16 +613,16 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
                     rv_reply_error(rc, slot);
                     out = out | rv_finish_message(true);
                 }
-                rv_k2k_release(km, cell, khead, false);
+                rv_k2k_release(km, cell, khead);
                 s64w(cb + O_control_block_hlc, c_hlc);
                 rv_actor_fail(slot, rc, RV_NO_INDEX);
                 return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
             }
             s32w(cb + O_control_block_k2k_received, s32(cb + O_control_block_k2k_received) + 1u);
-            rv_k2k_release(km, cell, khead, false);
+            rv_k2k_release(km, cell, khead);
             out = out | rv_finish_message(true);
         } else {
-            rv_k2k_release(km, cell, khead, false);
+            rv_k2k_release(km, cell, khead);
         }
         done = done + 1u;
         if (rv_stall_requested(slot)) {
@@ -835,7 +833,7 @@ fn rv_reclaim_k2k(slot: u32) -> u32 {
                 room = room - 1u;
             }
         }
-        rv_k2k_release(km, cell, khead, true);
+        rv_k2k_release(km, cell, khead);
     }
     if (tail != first_tail) { s32w(cb + O_control_block_outbox_tail, tail); }
     s32w(cb + O_control_block_k2k_dropped, s32(cb + O_control_block_k2k_dropped) + dropped);

@@ -240,9 +240,7 @@ impl Executor for CpuExecutor {
         self.shared.parker.wake();
         let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
+            super::join_executor_thread(t);
         }
     }
 

@@ -131,6 +131,14 @@ pub(crate) trait Executor: Send + Sync {
     }
 }
 
+/// Joins an executor thread, unless the caller is that thread (the last handle of a device can be dropped by
+/// the device's own threads; a thread cannot join itself).
+pub(crate) fn join_executor_thread(thread: std::thread::JoinHandle<()>) {
+    if thread.thread().id() != std::thread::current().id() {
+        let _ = thread.join();
+    }
+}
+
 /// Computes the layout for `params` (the C function both backends share) and returns the header to write.
 pub(crate) fn compute_layout(params: &RawGridParams) -> Result<RawGridHeader, DeviceError> {
     // SAFETY: RawGridHeader is plain data; all-zero is a valid value that rv_compute_layout overwrites.

@@ -42,7 +42,8 @@ impl HostWords {
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
 
-    fn load(&self, off: usize) -> u32 {
+    /// The word at `off` (acquire).
+    pub(crate) fn load(&self, off: usize) -> u32 {
         self.word(off).load(Ordering::Acquire)
     }
 

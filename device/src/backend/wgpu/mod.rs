@@ -68,6 +68,8 @@ struct Gpu {
     groups: (u32, u32),
     /// Bytes of the step words (dispatch count, results OR, replied bits).
     steps_bytes: u64,
+    /// Where the step words lie in the read-back buffer (after the shared region's copy).
+    steps_at: u64,
 }
 
 /// Per-submit parameters (`rv_submit_params` in rv_port.wgsl).
@@ -246,12 +248,9 @@ impl Gpu {
         );
         let steps_bytes = 4 * (2 + u64::from(header.slot_count.div_ceil(32)));
         let steps = buffer("step words", steps_bytes, wgpu::BufferUsages::STORAGE | copy);
-        let readback_offset = header.shared_bytes.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT * 64);
-        let readback = buffer(
-            "read back",
-            readback_offset + steps_bytes,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        );
+        let steps_at = header.shared_bytes.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT * 64);
+        let readback =
+            buffer("read back", steps_at + steps_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("ringvisor regions"),
             layout: &layout,
@@ -267,28 +266,35 @@ impl Gpu {
         }
         // The local region's initial values whose zero is not "none": each kernel-to-kernel cell's sequence
         // number is its index (rv_init_local_slot in the C code).
-        let mut local_init = Vec::with_capacity((header.slot_count * header.k2k_capacity) as usize);
-        for _ in 0..header.slot_count {
-            local_init.extend(0..header.k2k_capacity);
-        }
         let cell = size_of::<RawK2kCell>() as u64;
         let seq = std::mem::offset_of!(RawK2kCell, seq) as u64;
         let mut words = vec![0u32; (header.local_bytes / 4) as usize];
-        for (i, v) in local_init.into_iter().enumerate() {
-            words[((header.off_k2k_cells + i as u64 * cell + seq) / 4) as usize] = v;
+        let cells = u64::from(header.slot_count) * u64::from(header.k2k_capacity);
+        for i in 0..cells {
+            // cell i is cell i % k2k_capacity of its slot's ring
+            words[((header.off_k2k_cells + i * cell + seq) / 4) as usize] = (i % u64::from(header.k2k_capacity)) as u32;
         }
         queue.write_buffer(&local, 0, bytemuck::cast_slice(&words));
         let total_groups = header.slot_count.div_ceil(config.slots_per_group);
         let max = device.limits().max_compute_workgroups_per_dimension.max(1);
         let groups = (total_groups.min(max), total_groups.div_ceil(max));
         Ok((
-            Gpu { device, queue, shared, params, steps, readback, bind_group, supervisor, actors, groups, steps_bytes },
+            Gpu {
+                device,
+                queue,
+                shared,
+                params,
+                steps,
+                readback,
+                bind_group,
+                supervisor,
+                actors,
+                groups,
+                steps_bytes,
+                steps_at,
+            },
             name,
         ))
-    }
-
-    fn readback_offset(&self, header: &RawGridHeader) -> u64 {
-        header.shared_bytes.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT * 64)
     }
 }
 
@@ -403,7 +409,7 @@ fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
     let faults = std::mem::offset_of!(RawGridHeader, device_faults);
     while !s.terminate.load(Ordering::Acquire) && !EXITING.load(Ordering::Acquire) {
         let seen = s.parker.epoch();
-        if s.host_load(terminate) != 0 || s.host_load(faults) & RV_DEVICE_HALT != 0 {
+        if s.host.load(terminate) != 0 || s.host.load(faults) & RV_DEVICE_HALT != 0 {
             // The kernel has left (terminate) or the device is lost for good (halt): nothing runs any more.
             s.parker.park(seen, s.config.park_max);
             continue;
@@ -423,13 +429,6 @@ fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
                 return;
             }
         }
-    }
-}
-
-impl WgpuShared {
-    fn host_load(&self, off: usize) -> u32 {
-        // SAFETY: header fields are in bounds and 4-aligned; the region is only accessed atomically.
-        unsafe { &*(self._region.as_ptr().add(off) as *const std::sync::atomic::AtomicU32) }.load(Ordering::Acquire)
     }
 }
 
@@ -471,8 +470,7 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
             encoder.copy_buffer_to_buffer(&gpu.shared, from, &gpu.readback, from, to - from);
         }
     }
-    let steps_at = gpu.readback_offset(h);
-    encoder.copy_buffer_to_buffer(&gpu.steps, 0, &gpu.readback, steps_at, gpu.steps_bytes);
+    encoder.copy_buffer_to_buffer(&gpu.steps, 0, &gpu.readback, gpu.steps_at, gpu.steps_bytes);
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
     gpu.queue.submit([encoder.finish()]);
     let slice = gpu.readback.slice(..);
@@ -493,7 +491,7 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
     let (progress, published) = {
         let view = slice.get_mapped_range().map_err(|e| format!("reading the device back failed: {e}"))?;
         let words: &[u32] = bytemuck::cast_slice(&view);
-        let steps = &words[(steps_at / 4) as usize..];
+        let steps = &words[(gpu.steps_at / 4) as usize..];
         let published = mirror.write_back(&s.host, words, &mut |slot| s.dirty.mark_word(slot, 1));
         (steps[1] & RV_STEP_PROGRESS != 0, published)
     };
@@ -522,9 +520,7 @@ impl Executor for WgpuExecutor {
         self.shared.terminate.store(true, Ordering::Release);
         self.shared.parker.wake();
         if let Some(t) = lock(&self.thread).take() {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
-            }
+            super::join_executor_thread(t);
         }
     }
 
