@@ -13,7 +13,13 @@ const SLOTS: u32 = 16;
 /// A device on `backend` whose liveness is not judged (`lost_after(None)`): these rows time rounds, and a loaded
 /// machine must not turn a slow round into a lost device.
 fn open(backend: &Backend) -> Device {
-    let config = DeviceConfig::default().slots(SLOTS).inbox_capacity(1024).state_bytes(64).lost_after(None);
+    open_with(backend, SLOTS)
+}
+
+/// A device of `slots` slots; past the rows' 16 slots, inboxes of 16 cells (a region must fit one storage buffer).
+fn open_with(backend: &Backend, slots: u32) -> Device {
+    let inbox = if slots > SLOTS { 16 } else { 1024 };
+    let config = DeviceConfig::default().slots(slots).inbox_capacity(inbox).state_bytes(64).lost_after(None);
     Device::open(config.backend(backend.clone())).expect("device opens")
 }
 
@@ -24,10 +30,14 @@ fn name(backend: &Backend) -> &'static str {
     }
 }
 
-/// Median of `n` round trips of a 16-byte call to an echo actor.
-fn round_trip(backend: &Backend, n: usize) -> Summary {
-    let d = open(backend);
-    d.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+/// Median of `n` round trips of a 16-byte call to an echo actor on a device of `slots` slots, `active` of them
+/// running (echo actors that sit idle but for the one called).
+fn round_trip(backend: &Backend, n: usize, slots: u32, active: u32) -> Summary {
+    let d = open_with(backend, slots);
+    // one at a time: a burst of pipelined creates is what lavapipe mis-executes (docs/architecture.md)
+    for s in 0..active.max(1) {
+        d.create(s, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    }
     let payload = [7u8; 16];
     for _ in 0..n / 10 + 1 {
         d.call(0, &payload, T).expect("call");
@@ -40,7 +50,7 @@ fn round_trip(backend: &Backend, n: usize) -> Summary {
         })
         .collect();
     d.shutdown();
-    Summary::of(&format!("{} round trip", name(backend)), samples, Unit::Nanos)
+    Summary::of(&format!("{} round trip, {active} of {slots} slots running", name(backend)), samples, Unit::Nanos)
 }
 
 /// Messages per second through `send_batch` of 256 counter messages into 16 actors, `runs` runs of `messages`.
@@ -102,7 +112,20 @@ pub fn wgpu_rows(samples: usize, messages: u64, runs: usize) -> Vec<Row> {
     let n = (samples / 10).max(100);
     let report = "none: reported beside the cpu backend";
     vec![
-        Row::new("wgpu backend: round trip, 16 B", round_trip(&wgpu, n), round_trip(&cpu, n), report, |_, _, _| true),
+        Row::new(
+            "wgpu backend: round trip, 16 B",
+            round_trip(&wgpu, n, SLOTS, 1),
+            round_trip(&cpu, n, SLOTS, 1),
+            report,
+            |_, _, _| true,
+        ),
+        Row::new(
+            "wgpu backend: round trip among 2,048 slots, 1,024 of them idle actors",
+            round_trip(&wgpu, n, 2048, 1024),
+            round_trip(&wgpu, n, SLOTS, 1),
+            "none: idle slots should cost little (a cheap scan; a full step only for slots with work)",
+            |_, _, _| true,
+        ),
         Row::new(
             "wgpu backend: one-way throughput, send_batch(256)",
             batched(&wgpu, messages / 10, runs),

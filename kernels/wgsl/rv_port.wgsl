@@ -2,7 +2,7 @@
 // 32-bit words, and the clock.
 //
 // The offsets and constants used below and in rv_protocol.wgsl come from the generated prelude (the C layout
-// report, see device/src/backend/wgpu/prelude.rs): O_<struct>_<field> is a byte offset, W_<struct>_<field> a
+// report, see device/src/backend/wgpu/program.rs): O_<struct>_<field> is a byte offset, W_<struct>_<field> a
 // field's size in bytes, SZ_<struct> a struct's size, RV_* the protocol constants. Nothing here restates a
 // layout: a C change shows up as a different prelude, and the const_asserts below refuse a field whose width
 // the WGSL access no longer matches.
@@ -14,12 +14,16 @@
 // rule in rv_protocol.wgsl).
 
 // The shared region (the host's mirror: uploaded before, read back after each submit), the local region (device
-// memory only), the executor's per-submit parameters, and the step words (word 0: block 0's dispatches so far;
-// word 1: the OR of every step's result in this submit; words 2..: a bit per slot that published replies).
+// memory only), the executor's per-submit parameters, the step words (word 0: block 0's dispatches so far;
+// word 1: the OR of every step's result in this submit; words 2..: a bit per slot that published replies), the
+// work list (word 0: how many slots, words 1..: the slots with work, written by the scan) and, in a group of its
+// own because the step dispatch reads it as its indirect arguments, the step dispatch's grid (x, y, z).
 @group(0) @binding(0) var<storage, read_write> S: array<atomic<u32>>;
 @group(0) @binding(1) var<storage, read_write> L: array<atomic<u32>>;
 @group(0) @binding(2) var<uniform> U: rv_submit_params;
 @group(0) @binding(3) var<storage, read_write> R: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read_write> W: array<atomic<u32>>;
+@group(1) @binding(0) var<storage, read_write> A: array<atomic<u32>>;
 
 struct rv_submit_params {
     now: vec2<u32>,       // host time (CLOCK_REALTIME ns) when the submit was built
@@ -30,7 +34,8 @@ struct rv_submit_params {
     // Always 0. Loops over fixed-size records start from it: a trip count the shader compiler cannot know keeps
     // it from unrolling them at every inlined call site (on lavapipe that made compiling the program take seconds).
     zero: u32,
-    pad3: u32,
+    max_groups_x: u32, // the most workgroups a dispatch's x dimension takes
+
     pad1: u32,
     pad2: u32,
 }

@@ -538,13 +538,18 @@ fn rv_actor_idle(slot: u32, host_seq: u32, device_seq: u32) -> bool {
     return true;
 }
 
+// Whether `slot` has nothing to do in this dispatch (beating at the idle rate if it is Active).
+fn rv_slot_idle(slot: u32) -> bool {
+    return rv_actor_idle(slot, s32(cb_at(slot) + O_control_block_host_seq), l32(sv_at(slot) + O_sv_record_device_seq));
+}
+
+// The step of a slot the scan found not idle (rv_actor_step in the C code, after its idle check).
 fn rv_actor_step(slot: u32, budget: u32) -> u32 {
     if (slot >= g_slots) { return 0u; }
     let cb = cb_at(slot);
     let ar = ar_at(slot);
     let host_seq = s32(cb + O_control_block_host_seq);
     let device_seq = l32(sv_at(slot) + O_sv_record_device_seq);
-    if (rv_actor_idle(slot, host_seq, device_seq)) { return 0u; }
     l32w(ar + O_actor_record_quiet, RV_QUIET_NO);
     l32w(ar + O_actor_record_seen_host_seq, host_seq);
     l32w(ar + O_actor_record_seen_device_seq, device_seq);
@@ -1098,26 +1103,46 @@ fn rv_supervisor_step() -> u32 {
 @compute @workgroup_size(1)
 fn rv_supervisor_main() {
     rv_view_load();
+    // A fresh work list for the actor dispatches that follow (an empty grid is x = 0).
+    atomicStore(&W[0], 0u);
+    atomicStore(&A[0], 0u);
+    atomicStore(&A[1], 1u);
+    atomicStore(&A[2], 1u);
     g_parity = (atomicAdd(&R[0], 1u) + 1u) & 1u;
     atomicOr(&R[1], rv_supervisor_step());
 }
 
-// The actors: workgroup g runs slots [g * slots_per_group, (g + 1) * slots_per_group); a 2-D grid when there are
-// more groups than one dimension takes.
+// The actors, in two dispatches. The scan: workgroup g checks slots [g * slots_per_group, (g + 1) *
+// slots_per_group) and lists those that are not idle in W (W[0]: how many, W[1..]: the slots), growing the
+// indirect dispatch arguments A (x, y, z) to cover them. The step: one workgroup per listed slot.
+// Why two: a shader compiler that runs divergent branches with an execution mask (lavapipe does) pays for the
+// whole step in every loop iteration that contains it, taken or not; the scan holds only the idle check, and the
+// step runs once per slot with work.
 @compute @workgroup_size(1)
-fn rv_actor_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+fn rv_actor_scan_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     rv_view_load();
-    g_parity = atomicLoad(&R[0]) & 1u;
     let group = wg.x + wg.y * groups.x;
     let first = group * U.slots_per_group;
     let last = min(first + U.slots_per_group, g_slots);
-    var out = 0u;
     for (var slot = first; slot < last; slot = slot + 1u) {
-        let r = rv_actor_step(slot, U.budget);
-        out = out | r;
-        if ((r & RV_STEP_REPLIED) != 0u) { atomicOr(&R[2u + (slot >> 5u)], 1u << (slot & 31u)); }
+        if (rv_slot_idle(slot)) { continue; }
+        let i = atomicAdd(&W[0], 1u);
+        atomicStore(&W[1u + i], slot);
+        atomicMax(&A[0], min(i + 1u, U.max_groups_x));
+        atomicMax(&A[1], i / U.max_groups_x + 1u);
     }
-    if (out != 0u) { atomicOr(&R[1], out); }
+}
+
+@compute @workgroup_size(1)
+fn rv_actor_step_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    rv_view_load();
+    g_parity = atomicLoad(&R[0]) & 1u;
+    let i = wg.x + wg.y * groups.x;
+    if (i >= atomicLoad(&W[0])) { return; }
+    let slot = atomicLoad(&W[1u + i]);
+    let r = rv_actor_step(slot, U.budget);
+    if ((r & RV_STEP_REPLIED) != 0u) { atomicOr(&R[2u + (slot >> 5u)], 1u << (slot & 31u)); }
+    if (r != 0u) { atomicOr(&R[1], r); }
 }
 
 // The envelope's own payload (at most RV_PAYLOAD_BYTES; a large message's is its bulk reference): its length

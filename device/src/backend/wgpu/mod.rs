@@ -2,11 +2,14 @@
 //!
 //! WebGPU has no persistent kernels (a mapped buffer cannot be used by the GPU, shader loops must end, nothing
 //! guarantees forward progress across workgroups, watchdogs reset long dispatches), so one host thread drives the
-//! device in rounds. A round uploads what the host wrote (see [`mirror`]), submits `rounds_per_submit` pairs of
-//! dispatches (block 0's workgroup, then one workgroup per `slots_per_group` actor slots), reads back what the
-//! device wrote and publishes it to the host region. The dispatch boundary is the only fence between workgroups,
-//! so a kernel-to-kernel message written in one dispatch is consumed in a later one. Idle, the thread parks and
-//! is woken by host writes; it still submits every `park_max`, so block 0's heartbeat and idle actors' beats move.
+//! device in rounds. A round uploads what the host wrote (see [`mirror`]), submits `rounds_per_submit` steps of
+//! three dispatches (block 0's workgroup; the scan, one workgroup per `slots_per_group` slots, which lists the
+//! slots that have work; one workgroup per listed slot, an indirect dispatch), reads back what the device wrote
+//! and publishes it to the host region. Idle slots cost the scan's check only: a shader compiler that runs
+//! divergent branches under an execution mask (lavapipe) would otherwise pay for the whole step on every slot.
+//! The dispatch boundary is the only fence between workgroups, so a kernel-to-kernel message written in one
+//! dispatch is consumed in a later one. Idle, the thread parks and is woken by host writes; it still submits
+//! every `park_max`, so block 0's heartbeat and idle actors' beats move.
 
 mod mirror;
 pub(crate) mod program;
@@ -28,12 +31,12 @@ use mirror::{HostWords, Mirror};
 /// Settings of the WebGPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WgpuConfig {
-    /// Actor slots one workgroup runs per dispatch.
+    /// Slots one workgroup of the scan checks for work (each slot with work then gets a workgroup of its own).
     pub slots_per_group: u32,
     /// Most messages an actor processes per step.
     pub budget: u32,
-    /// Pairs of dispatches (block 0, then the actors) per submit: a create needs two (block 0 prepares, the
-    /// actor runs the init, block 0 reports), a call one.
+    /// Steps per submit (block 0, then the actors): a create needs two (block 0 prepares, the actor runs the
+    /// init, block 0 reports), a call one.
     pub rounds_per_submit: u32,
     /// Longest park of the idle executor (block 0's heartbeat moves at least this often).
     pub park_max: Duration,
@@ -62,15 +65,24 @@ struct Gpu {
     steps: wgpu::Buffer,
     readback: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
+    /// The step dispatch's indirect arguments, bound apart (see rv_port.wgsl).
+    step_grid: wgpu::Buffer,
+    step_grid_group: wgpu::BindGroup,
     supervisor: wgpu::ComputePipeline,
-    actors: wgpu::ComputePipeline,
-    /// Actor workgroups, as a 2-D grid (x, y).
+    scan: wgpu::ComputePipeline,
+    step: wgpu::ComputePipeline,
+    /// Scan workgroups, as a 2-D grid (x, y).
     groups: (u32, u32),
+    /// The most workgroups a dispatch's x dimension takes.
+    max_groups_x: u32,
     /// Bytes of the step words (dispatch count, results OR, replied bits).
     steps_bytes: u64,
     /// Where the step words lie in the read-back buffer (after the shared region's copy).
     steps_at: u64,
 }
+
+/// Storage buffers the program binds: the shared and local regions, the step words, the work list, the step grid.
+const STORAGE_BUFFERS: u32 = 5;
 
 /// Per-submit parameters (`rv_submit_params` in rv_port.wgsl).
 #[repr(C)]
@@ -82,7 +94,8 @@ struct SubmitParams {
     slots_per_group: u32,
     budget: u32,
     zero: u32,
-    pad: [u32; 3],
+    max_groups_x: u32,
+    pad: [u32; 2],
 }
 
 fn split(v: u64) -> [u32; 2] {
@@ -171,12 +184,19 @@ impl Gpu {
                 info.name
             )));
         }
+        if limits.max_storage_buffers_per_shader_stage < STORAGE_BUFFERS {
+            return Err(no_adapter(format!(
+                "adapter `{}` binds at most {} storage buffers per shader stage; the program needs {STORAGE_BUFFERS}",
+                info.name, limits.max_storage_buffers_per_shader_stage
+            )));
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("ringvisor"),
             required_features: wgpu::Features::empty(),
             required_limits: wgpu::Limits {
                 max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
                 max_buffer_size: limits.max_buffer_size,
+                max_storage_buffers_per_shader_stage: STORAGE_BUFFERS,
                 ..wgpu::Limits::downlevel_defaults()
             },
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
@@ -216,25 +236,36 @@ impl Gpu {
                     count: None,
                 },
                 storage(3),
+                storage(4),
             ],
         });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("ringvisor"),
+        let grid_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("ringvisor step grid"),
+            entries: &[storage(0)],
+        });
+        let with_grid = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("ringvisor: regions and step grid"),
+            bind_group_layouts: &[Some(&layout), Some(&grid_layout)],
+            immediate_size: 0,
+        });
+        let regions_only = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("ringvisor: regions"),
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let pipeline = |entry: &str| {
+        let pipeline = |entry: &str, layout: &wgpu::PipelineLayout| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
-                layout: Some(&pipeline_layout),
+                layout: Some(layout),
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: Default::default(),
                 cache: None,
             })
         };
-        let supervisor = pipeline("rv_supervisor_main");
-        let actors = pipeline("rv_actor_main");
+        let supervisor = pipeline("rv_supervisor_main", &with_grid);
+        let scan = pipeline("rv_actor_scan_main", &with_grid);
+        let step = pipeline("rv_actor_step_main", &regions_only);
         let buffer = |label: &str, size: u64, usage: wgpu::BufferUsages| {
             device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
         };
@@ -251,6 +282,8 @@ impl Gpu {
         let steps_at = header.shared_bytes.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT * 64);
         let readback =
             buffer("read back", steps_at + steps_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let work = buffer("work list", 4 * (1 + u64::from(header.slot_count)), wgpu::BufferUsages::STORAGE);
+        let step_grid = buffer("step grid", 16, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT);
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("ringvisor regions"),
             layout: &layout,
@@ -259,7 +292,13 @@ impl Gpu {
                 wgpu::BindGroupEntry { binding: 1, resource: local.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: steps.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: work.as_entire_binding() },
             ],
+        });
+        let step_grid_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("ringvisor step grid"),
+            layout: &grid_layout,
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: step_grid.as_entire_binding() }],
         });
         if let Some(error) = pollster::block_on(scope.pop()) {
             return Err(DeviceError::InvalidConfig(format!("wgpu backend: the WGSL program was refused: {error}")));
@@ -287,9 +326,13 @@ impl Gpu {
                 steps,
                 readback,
                 bind_group,
+                step_grid,
+                step_grid_group,
                 supervisor,
-                actors,
+                scan,
+                step,
                 groups,
+                max_groups_x: max,
                 steps_bytes,
                 steps_at,
             },
@@ -446,7 +489,8 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
         slots_per_group: s.config.slots_per_group,
         budget: s.config.budget,
         zero: 0,
-        pad: [0; 3],
+        max_groups_x: gpu.max_groups_x,
+        pad: [0; 2],
     };
     gpu.queue.write_buffer(&gpu.params, 0, bytemuck::bytes_of(&params));
     let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
@@ -455,11 +499,15 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
         let mut pass =
             encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("steps"), timestamp_writes: None });
         pass.set_bind_group(0, &gpu.bind_group, &[]);
+        pass.set_bind_group(1, &gpu.step_grid_group, &[]);
         for _ in 0..s.config.rounds_per_submit {
+            // block 0 (and a fresh work list), the scan for slots with work, one workgroup per such slot
             pass.set_pipeline(&gpu.supervisor);
             pass.dispatch_workgroups(1, 1, 1);
-            pass.set_pipeline(&gpu.actors);
+            pass.set_pipeline(&gpu.scan);
             pass.dispatch_workgroups(gpu.groups.0, gpu.groups.1, 1);
+            pass.set_pipeline(&gpu.step);
+            pass.dispatch_workgroups_indirect(&gpu.step_grid, 0);
         }
     }
     // Read back what the device writes: header, control blocks, (commands,) events; outboxes and doorbells; the
@@ -526,7 +574,7 @@ impl Executor for WgpuExecutor {
 
     fn describe(&self) -> String {
         format!(
-            "wgpu on {} ({} slots per workgroup, {} rounds per submit)",
+            "wgpu on {} ({} slots per scan workgroup, {} steps per submit)",
             self.shared.adapter, self.shared.config.slots_per_group, self.shared.config.rounds_per_submit
         )
     }
