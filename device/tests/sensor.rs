@@ -32,7 +32,7 @@ fn normal(i: u32) -> f64 {
 }
 
 fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_reading() {
-    if skip_on_wgpu("sensor and alerts compute in f64, which WGSL does not have: they are not on the wgpu backend") {
+    if skip_without_f64() {
         return;
     }
     let d = open(4);
@@ -60,7 +60,7 @@ fn sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_readin
 }
 
 fn bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running() {
-    if skip_on_wgpu("sensor and alerts compute in f64, which WGSL does not have: they are not on the wgpu backend") {
+    if skip_without_f64() {
         return;
     }
     let d = open(2);
@@ -70,6 +70,77 @@ fn bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running() {
     }
     assert_eq!(d.snapshot(1).unwrap().state, SlotState::Active);
     assert!(d.call(1, &reading(1.0, false, 2), T).is_ok());
+}
+
+/// count, mean, variance, anomalies: the reply to a reading the host called with.
+fn stats(d: &Device, slot: u32, value: f64, seq: u32) -> (u64, f64, f64, u64) {
+    let r = d.call(slot, &reading(value, false, seq), T).unwrap();
+    let p = r.payload().unwrap();
+    let u = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().unwrap());
+    (u(0), f64::from_bits(u(8)), f64::from_bits(u(16)), u(24))
+}
+
+/// No aggregator, and a warm-up longer than any run here: every reading is folded into the statistics.
+fn unscored_sensor_init() -> Vec<u8> {
+    sensor_init(u32::MAX, 1_000_000, 4.0)
+}
+
+fn a_reading_comes_back_bit_for_bit_as_the_mean_of_a_fresh_sensor() {
+    if skip_without_f64() {
+        return;
+    }
+    // The mean after one reading x is 0 + (x - 0) / 1 = x exactly: what comes back is the reading, read from its
+    // bits and written back to bits by the device (on wgpu, rv_f64.wgsl's conversions). Normal numbers only:
+    // the wgpu backend reads a subnormal as zero (docs/protocol.md).
+    let d = open(2);
+    let values = [
+        1.0,
+        -2.5,
+        0.1,
+        -1.0 / 3.0,
+        123_456_789.123_456_78,
+        9_007_199_254_740_993.0,
+        6.02214076e23,
+        1e-300,
+        -1e300,
+        f64::MIN_POSITIVE,
+        f64::MAX,
+        f64::MIN,
+        f64::EPSILON,
+    ];
+    d.create(1, "sensor", &unscored_sensor_init()).unwrap().wait_blocking(T).unwrap();
+    for (seq, x) in values.into_iter().enumerate() {
+        d.restart(1, "sensor", &unscored_sensor_init()).unwrap().wait_blocking(T).unwrap();
+        let (count, mean, variance, anomalies) = stats(&d, 1, x, seq as u32);
+        assert_eq!((count, mean.to_bits(), variance.to_bits(), anomalies), (1, x.to_bits(), 0, 0), "{x:e}");
+    }
+}
+
+fn the_running_statistics_agree_with_the_host_over_many_magnitudes() {
+    if skip_without_f64() {
+        return;
+    }
+    // Welford's update computed here in f64, in the same order as the device code; a device may contract
+    // a multiply-add (a GPU's fused multiply-add), hence the relative tolerance, far below what a lost
+    // significand word or an exponent off by one would give.
+    let d = open(2);
+    d.create(1, "sensor", &unscored_sensor_init()).unwrap().wait_blocking(T).unwrap();
+    for (seq, scale) in [1e-290, -3e-20, 1.0, 4.5e9, -7e150].into_iter().enumerate() {
+        d.restart(1, "sensor", &unscored_sensor_init()).unwrap().wait_blocking(T).unwrap();
+        let (mut n, mut mean, mut m2) = (0u64, 0f64, 0f64);
+        for i in 0..24u32 {
+            let x = scale * (1.0 + 0.25 * (f64::from(i) * 0.9).sin());
+            n += 1;
+            let delta = x - mean;
+            mean += delta / n as f64;
+            m2 += delta * (x - mean);
+            let variance = if n > 1 { m2 / (n - 1) as f64 } else { 0.0 };
+            let got = stats(&d, 1, x, (seq * 100) as u32 + i);
+            let close = |a: f64, b: f64| a == b || (a - b).abs() <= 1e-12 * b.abs();
+            assert_eq!((got.0, got.3), (n, 0), "scale {scale:e}, reading {i}");
+            assert!(close(got.1, mean) && close(got.2, variance), "scale {scale:e}, reading {i}: {got:?}");
+        }
+    }
 }
 
 fn a_restart_event_reports_what_the_previous_incarnation_processed() {
@@ -88,19 +159,34 @@ fn a_restart_event_reports_what_the_previous_incarnation_processed() {
 on_every_backend!(
     sensors_flag_anomalies_to_the_aggregator_and_account_for_every_planted_reading,
     bad_readings_are_answered_with_an_error_and_the_sensor_keeps_running,
+    a_reading_comes_back_bit_for_bit_as_the_mean_of_a_fresh_sensor,
+    the_running_statistics_agree_with_the_host_over_many_magnitudes,
     a_restart_event_reports_what_the_previous_incarnation_processed,
 );
 
-/// On the wgpu backend a behaviour with no WGSL version is refused by the device when it is created, with the
-/// same error as a behaviour the device does not know; other slots are unaffected.
+/// On wgpu, `sensor` computes in f64: it runs where the adapter has shader f64 (lavapipe has), and is refused as
+/// an unknown behaviour where it has not.
+fn skip_without_f64() -> bool {
+    skip_on_wgpu_if(!wgpu_shader_f64(), "the adapter has no shader f64, which sensor needs on this backend")
+}
+
+/// On the wgpu backend a behaviour with no WGSL version (here a user behaviour with only a host function) is
+/// refused by the device when it is created, with the same error as a behaviour the device does not know;
+/// other slots are unaffected.
 #[cfg(feature = "wgpu")]
 #[test]
 fn the_wgpu_backend_refuses_to_create_a_behaviour_it_has_no_wgsl_version_of() {
     if !wgpu_or_skip() {
         return;
     }
-    let d = Device::open(DeviceConfig::default().slots(2).backend(Backend::Wgpu(WgpuConfig::default()))).unwrap();
-    let err = d.create(0, "sensor", &sensor_init(1, 8, 3.0)).unwrap().wait_blocking(T);
+    // SAFETY: returns a pointer to a function of the linked kernel library.
+    let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(2) }.expect("counter is linked");
+    let host_only =
+        UserBehaviour { name: "host_only", function: "host_only", host_fn, cuda_source: "", state_bytes: 0 };
+    let set = BehaviourSet::builtins().with(host_only).unwrap();
+    let config = DeviceConfig::default().slots(2).behaviours(set);
+    let d = Device::open(config.backend(Backend::Wgpu(WgpuConfig::default()))).unwrap();
+    let err = d.create(0, "host_only", &[]).unwrap().wait_blocking(T);
     assert!(matches!(err, Err(DeviceError::Rejected { slot: 0, code: DeviceCode::UnknownBehaviour })), "{err:?}");
     d.create(1, "echo", &[]).unwrap().wait_blocking(T).unwrap();
     assert_eq!(d.call(1, b"still here", T).unwrap().payload().unwrap(), b"still here");

@@ -55,7 +55,13 @@ fn wgpu_backend() -> Backend {
 /// True when the running test runs on the wgpu backend: a test that cannot apply there returns early, saying
 /// why.
 pub fn skip_on_wgpu(why: &str) -> bool {
-    let on = CURRENT.with(|c| matches!(*c.borrow(), Some(Which::Wgpu)));
+    skip_on_wgpu_if(true, why)
+}
+
+/// Like [`skip_on_wgpu`], when `cond` holds.
+#[allow(dead_code)]
+pub fn skip_on_wgpu_if(cond: bool, why: &str) -> bool {
+    let on = cond && CURRENT.with(|c| matches!(*c.borrow(), Some(Which::Wgpu)));
     if on {
         eprintln!("SKIPPED on wgpu: {why}");
     }

@@ -137,6 +137,15 @@ pub fn adapters() -> Vec<String> {
         .collect()
 }
 
+/// Whether the first adapter wgpu finds (Vulkan) has shader f64, which the `sensor` behaviour needs on this
+/// backend; false without an adapter.
+pub fn shader_f64() -> bool {
+    let instance = instance();
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+        .first()
+        .is_some_and(|a| a.features().contains(wgpu::Features::SHADER_F64))
+}
+
 fn instance() -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
     desc.backends = wgpu::Backends::VULKAN;
@@ -190,9 +199,20 @@ impl Gpu {
                 info.name, limits.max_storage_buffers_per_shader_stage
             )));
         }
+        // Shader f64 where the adapter has it (Vulkan drivers of NVIDIA, AMD, lavapipe; not Metal): the behaviours
+        // that compute in f64 run only then.
+        let f64 = adapter.features().contains(wgpu::Features::SHADER_F64);
+        let missing = program::missing_behaviours(behaviours, f64);
+        if !missing.is_empty() {
+            tracing::warn!(
+                ?missing,
+                f64,
+                "wgpu backend: these behaviours have no WGSL version this adapter runs; creating them is rejected"
+            );
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("ringvisor"),
-            required_features: wgpu::Features::empty(),
+            required_features: if f64 { wgpu::Features::SHADER_F64 } else { wgpu::Features::empty() },
             required_limits: wgpu::Limits {
                 max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
                 max_buffer_size: limits.max_buffer_size,
@@ -208,7 +228,7 @@ impl Gpu {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("ringvisor protocol"),
-            source: wgpu::ShaderSource::Wgsl(program::source(behaviours).into()),
+            source: wgpu::ShaderSource::Wgsl(program::source(behaviours, f64).into()),
         });
         let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
             binding,
@@ -283,7 +303,11 @@ impl Gpu {
         let readback =
             buffer("read back", steps_at + steps_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let work = buffer("work list", 4 * (1 + u64::from(header.slot_count)), wgpu::BufferUsages::STORAGE);
-        let step_grid = buffer("step grid", 16, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT);
+        let step_grid = buffer(
+            "step grid",
+            16,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_DST,
+        );
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("ringvisor regions"),
             layout: &layout,
@@ -341,6 +365,42 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Runs each pipeline once over the still-empty regions (a zero header: no slots, no commands), so the driver
+    /// compiles the program now, inside `Device::open`, and not during the first round, where a device's
+    /// liveness is judged and a command waits. lavapipe compiles at first use and takes tens of seconds for
+    /// this program on a cold cache (Mesa keeps it in its shader cache afterwards).
+    fn warm_up(&self) -> Result<(), DeviceError> {
+        let started = std::time::Instant::now();
+        // The step dispatch first, while its grid is (1, 1, 1): an empty work list makes its one workgroup return.
+        self.queue.write_buffer(&self.step_grid, 0, bytemuck::cast_slice(&[1u32, 1, 1, 0]));
+        let mut encoder =
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("warm up") });
+        {
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("warm up"), timestamp_writes: None });
+            pass.set_bind_group(0, &self.bind_group, &[]);
+            pass.set_bind_group(1, &self.step_grid_group, &[]);
+            pass.set_pipeline(&self.step);
+            pass.dispatch_workgroups_indirect(&self.step_grid, 0);
+            pass.set_pipeline(&self.supervisor);
+            pass.dispatch_workgroups(1, 1, 1);
+            pass.set_pipeline(&self.scan);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        self.queue.submit([encoder.finish()]);
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(Duration::from_secs(600)) })
+            .map_err(|e| DeviceError::InvalidConfig(format!("wgpu backend: compiling the program failed: {e}")))?;
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(DeviceError::InvalidConfig(format!("wgpu backend: the first dispatch was refused: {error}")));
+        }
+        tracing::debug!(took = ?started.elapsed(), "wgpu backend: program compiled");
+        Ok(())
+    }
+}
+
 impl WgpuExecutor {
     /// Opens an adapter, compiles the program for `behaviours` and starts the executor thread over a fresh host
     /// region laid out by `header`.
@@ -356,15 +416,12 @@ impl WgpuExecutor {
                 "wgpu backend: slots_per_group, budget and rounds_per_submit must be > 0".into(),
             ));
         }
-        let missing = program::missing_behaviours(behaviours);
-        if !missing.is_empty() {
-            tracing::warn!(?missing, "wgpu backend: these behaviours have no WGSL version; creating them is rejected");
-        }
         let region = HostRegion::zeroed(header.shared_bytes)?;
         // SAFETY: the region is at least shared_bytes >= sizeof(header) long and 4096-aligned.
         unsafe { std::ptr::write(region.as_ptr() as *mut RawGridHeader, header) };
         let base = region.as_ptr();
         let (gpu, adapter) = Gpu::open(&config, &header, behaviours)?;
+        gpu.warm_up()?;
         let shared = Arc::new(WgpuShared {
             host: HostWords::new(base, header.shared_bytes as usize),
             _region: region,

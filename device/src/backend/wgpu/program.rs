@@ -8,13 +8,29 @@ use crate::ffi::{rv_layout_report, LayoutEntry};
 const PORT: &str = include_str!("../../../../kernels/wgsl/rv_port.wgsl");
 const PROTOCOL: &str = include_str!("../../../../kernels/wgsl/rv_protocol.wgsl");
 
-/// The built-in behaviours written in WGSL: name, WGSL function, source. `sensor` and `alerts` compute in f64,
-/// which WebGPU does not have: they are not on this backend.
-pub(crate) const WGSL_BEHAVIOURS: [(&str, &str, &str); 4] = [
-    ("echo", "rv_behaviour_echo", include_str!("../../../../kernels/wgsl/behaviours/echo.wgsl")),
-    ("counter", "rv_behaviour_counter", include_str!("../../../../kernels/wgsl/behaviours/counter.wgsl")),
-    ("kv", "rv_behaviour_kv", include_str!("../../../../kernels/wgsl/behaviours/kv.wgsl")),
-    ("test", "rv_behaviour_test", include_str!("../../../../kernels/wgsl/behaviours/test.wgsl")),
+const F64: &str = include_str!("../../../../kernels/wgsl/rv_f64.wgsl");
+
+/// A built-in behaviour written in WGSL.
+pub(crate) struct WgslBehaviour {
+    pub name: &'static str,
+    pub function: &'static str,
+    pub source: &'static str,
+    /// Computes in f64: on the backend only where the adapter has shader f64 (wgpu's `SHADER_F64`).
+    pub needs_f64: bool,
+}
+
+const fn builtin(name: &'static str, function: &'static str, source: &'static str, needs_f64: bool) -> WgslBehaviour {
+    WgslBehaviour { name, function, source, needs_f64 }
+}
+
+/// The built-in behaviours written in WGSL.
+pub(crate) const WGSL_BEHAVIOURS: [WgslBehaviour; 6] = [
+    builtin("echo", "rv_behaviour_echo", include_str!("../../../../kernels/wgsl/behaviours/echo.wgsl"), false),
+    builtin("counter", "rv_behaviour_counter", include_str!("../../../../kernels/wgsl/behaviours/counter.wgsl"), false),
+    builtin("kv", "rv_behaviour_kv", include_str!("../../../../kernels/wgsl/behaviours/kv.wgsl"), false),
+    builtin("test", "rv_behaviour_test", include_str!("../../../../kernels/wgsl/behaviours/test.wgsl"), false),
+    builtin("sensor", "rv_behaviour_sensor", include_str!("../../../../kernels/wgsl/behaviours/sensor.wgsl"), true),
+    builtin("alerts", "rv_behaviour_alerts", include_str!("../../../../kernels/wgsl/behaviours/alerts.wgsl"), false),
 ];
 
 /// The C layout report's entries as (name, value, extra).
@@ -64,25 +80,35 @@ pub(crate) fn prelude() -> String {
     out
 }
 
-/// The names (of `set`) whose behaviour has a WGSL version, with their ids and functions.
-pub(crate) fn wgsl_behaviours(set: &BehaviourSet) -> Vec<(u32, &'static str, &'static str)> {
+/// The behaviours of `set` this backend runs (a WGSL version, and shader f64 if it needs it): id, function,
+/// source.
+pub(crate) fn wgsl_behaviours(set: &BehaviourSet, f64: bool) -> Vec<(u32, &'static str, &'static str)> {
     WGSL_BEHAVIOURS
         .iter()
-        .filter_map(|&(name, function, source)| set.id(name).map(|id| (id.0, function, source)))
+        .filter(|b| f64 || !b.needs_f64)
+        .filter_map(|b| set.id(b.name).map(|id| (id.0, b.function, b.source)))
         .collect()
 }
 
-/// The registered behaviours this backend cannot run (no WGSL version).
-pub(crate) fn missing_behaviours(set: &BehaviourSet) -> Vec<String> {
-    set.names().filter(|n| !WGSL_BEHAVIOURS.iter().any(|(w, _, _)| w == n)).map(str::to_string).collect()
+/// The registered behaviours this backend cannot run (no WGSL version, or one that needs shader f64 on an
+/// adapter without it).
+pub(crate) fn missing_behaviours(set: &BehaviourSet, f64: bool) -> Vec<String> {
+    let runs = wgsl_behaviours(set, f64);
+    set.names()
+        .filter(|n| !runs.iter().any(|&(id, _, _)| set.id(n).is_some_and(|i| i.0 == id)))
+        .map(str::to_string)
+        .collect()
 }
 
-/// The whole program for `set`: prelude, port, protocol, behaviours, dispatch switch.
-pub(crate) fn source(set: &BehaviourSet) -> String {
-    let behaviours = wgsl_behaviours(set);
+/// The whole program for `set`: prelude, port, protocol, (the f64 helpers,) behaviours, dispatch switch.
+pub(crate) fn source(set: &BehaviourSet, f64: bool) -> String {
+    let behaviours = wgsl_behaviours(set, f64);
     let mut out = prelude();
     out.push_str(PORT);
     out.push_str(PROTOCOL);
+    if f64 {
+        out.push_str(F64);
+    }
     let mut known = String::new();
     let mut calls = String::new();
     for (id, function, source) in &behaviours {
@@ -122,8 +148,8 @@ mod tests {
         // Identifiers shaped like generated names (O_*, W_*, SZ_*, RV_*) must be defined by the prelude or by the
         // WGSL sources themselves: nothing restates a layout by hand.
         let prelude = prelude();
-        let mut sources = vec![PORT, PROTOCOL];
-        sources.extend(WGSL_BEHAVIOURS.iter().map(|(_, _, s)| *s));
+        let mut sources = vec![PORT, PROTOCOL, F64];
+        sources.extend(WGSL_BEHAVIOURS.iter().map(|b| b.source));
         let defined_here: String = sources.concat();
         for source in &sources {
             for word in source.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
