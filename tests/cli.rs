@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+
 fn ringvisor() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ringvisor"));
     c.env_remove("RUST_LOG");
@@ -101,6 +103,27 @@ fn demo_accounts_for_every_reading_in_json() {
 }
 
 #[test]
+fn demo_on_the_wgpu_backend_accounts_for_every_reading() {
+    if !support::wgpu_or_skip() {
+        return;
+    }
+    // A smaller fleet than on the CPU backend: lavapipe runs the device code on this machine's CPU too.
+    let args = ["demo", "--backend", "wgpu", "--duration", "3", "--sensors", "16", "--rate", "50", "--json"];
+    let out = ringvisor().args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (summary["type"].as_str(), summary["nothing_lost"].as_bool()),
+        (Some("summary"), Some(true)),
+        "{summary}"
+    );
+    let n = |k: &str| summary[k].as_u64().unwrap();
+    assert!(n("processed") > 0 && n("planted") > 0, "{summary}");
+    assert_eq!(n("planted"), n("detected") + n("missed_warmup") + n("missed_below") + n("planted_dead_lettered"));
+}
+
+#[test]
 fn run_starts_a_declared_tree_and_stops_it_in_order() {
     let out = ringvisor()
         .args(["run", "examples/fleet.toml", "--duration", "1", "--plain", "--slots", "16"])
@@ -163,6 +186,9 @@ fn bad_arguments_are_refused_with_a_message() {
     let out = ringvisor().args(["demo", "--duration", "0"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--duration"));
+    let out = ringvisor().args(["demo", "--backend", "tpu"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend `tpu`"));
     let out = ringvisor().args(["run", "/no/such/tree.toml"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/tree.toml"));

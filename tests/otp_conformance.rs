@@ -1,24 +1,11 @@
 //! OTP conformance: each scenario in `tests/otp/` runs on ringvisor's supervisor, with GPU children on the
-//! CPU backend, with GPU children on the WebGPU backend (lavapipe in CI), and with host children, and must print the trace Erlang/OTP 25's own supervisor printed for
-//! it (checked in beside it; regenerate with `tests/otp/regenerate.sh`).
+//! CPU backend, with GPU children on the WebGPU backend (lavapipe in CI), and with host children, and must
+//! print the trace Erlang/OTP 25's own supervisor printed for it (checked in beside it; regenerate with `tests/otp/regenerate.sh`).
 
 mod support;
 
 use support::otp::{normalise, parse, run, Mode};
-
-/// True if wgpu finds a Vulkan adapter; otherwise the test says it skipped, or fails when
-/// `RINGVISOR_REQUIRE_WGPU=1` (set by `.ci/run`).
-fn wgpu_or_skip() -> bool {
-    if !ringvisor::device::wgpu_adapters().is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var("RINGVISOR_REQUIRE_WGPU").map_or(true, |v| v != "1"),
-        "RINGVISOR_REQUIRE_WGPU=1 but wgpu finds no Vulkan adapter (apt-get install mesa-vulkan-drivers)"
-    );
-    eprintln!("SKIPPED: no Vulkan adapter for the wgpu backend");
-    false
-}
+use support::wgpu_or_skip;
 
 async fn conforms(name: &str, mode: Mode) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otp");

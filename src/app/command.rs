@@ -1,7 +1,7 @@
 //! The `ringvisor` command, as a library entry point ([`main`]) so that a program with behaviours of its
 //! own is the full command with them.
 //!
-//! - `ringvisor demo`: the main job on the CPU backend: 256 sensor actors detecting planted anomalies under a
+//! - `ringvisor demo`: the main job (CPU backend by default; `--backend` picks another): 256 sensor actors detecting planted anomalies under a
 //!   fault a second, then a summary that accounts for every reading.
 //! - `ringvisor run TREE.toml`: start a declared tree and watch it until Ctrl-C (or `--duration`).
 //! - `ringvisor check TREE.toml`: validate a declared tree, every error with its location.
@@ -22,7 +22,7 @@ use super::demo::{Demo, DemoConfig};
 use super::live::LiveView;
 use super::monitor::Monitor;
 use super::report::{self, Output};
-use crate::device::{BehaviourSet, DeviceConfig};
+use crate::device::{Backend, BehaviourSet, DeviceConfig};
 use crate::faults::InjectedFault;
 use crate::supervisor::{ExitReason, SpecLoader};
 use crate::{Runtime, RuntimeEnd};
@@ -41,13 +41,16 @@ struct Cli {
     /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9100).
     #[arg(long, global = true, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
+    /// The device backend: cpu, cuda, cuda-event, cuda-emulated or wgpu [default: $RINGVISOR_BACKEND, else cpu].
+    #[arg(long, global = true, value_name = "NAME", value_parser = backend)]
+    backend: Option<Backend>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// The main job on the CPU backend: a sensor fleet detecting planted anomalies while faults strike.
+    /// The main job (on the CPU backend unless `--backend` says otherwise): a sensor fleet detecting planted anomalies while faults strike.
     Demo {
         /// How long the load runs, seconds.
         #[arg(long, default_value = "15", value_parser = seconds)]
@@ -108,6 +111,10 @@ fn seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+fn backend(s: &str) -> Result<Backend, String> {
+    Backend::parse(s).map_err(|e| e.to_string())
+}
+
 fn rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
     if !(v > 0.0 && v <= 10_000.0) {
@@ -158,6 +165,11 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // The device every subcommand opens: the backend named on the command line, else the environment's.
+    let device = match cli.backend {
+        Some(backend) => DeviceConfig::default().backend(backend),
+        None => DeviceConfig::default(),
+    };
     let result = match cli.command {
         Command::Demo { duration, sensors, rate, seed, no_chaos } => {
             let config = DemoConfig {
@@ -167,12 +179,14 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
                 chaos_every: (!no_chaos).then_some(Duration::from_secs(1)),
                 ..DemoConfig::default()
             };
-            demo(config, duration, output).await
+            demo(config, device, duration, output).await
         }
-        Command::Run { tree, duration, slots } => run_tree(&behaviours, tree, duration, slots, output).await,
+        Command::Run { tree, duration, slots } => {
+            run_tree(&behaviours, device.slots(slots), tree, duration, output).await
+        }
         Command::Check { tree } => check(&behaviours, tree),
         Command::Chaos { tree, seed, rate, duration, slots } => {
-            chaos(&behaviours, tree, seed, rate, duration, slots, output).await
+            chaos(&behaviours, device.slots(slots), tree, seed, rate, duration, output).await
         }
     };
     match result {
@@ -271,9 +285,14 @@ async fn watch(rt: &Runtime, monitor: &mut Monitor, output: Output, title: &str,
     stopped
 }
 
-async fn demo(config: DemoConfig, duration: Duration, output: Output) -> Result<ExitCode, BoxError> {
+async fn demo(
+    config: DemoConfig,
+    device: DeviceConfig,
+    duration: Duration,
+    output: Output,
+) -> Result<ExitCode, BoxError> {
     let sensors = config.sensors;
-    let demo = Demo::start(config, DeviceConfig::default()).await?;
+    let demo = Demo::start(config, device).await?;
     if output != Output::Json {
         println!(
             "ringvisor demo: {sensors} sensor actors and an alert aggregator on {}",
@@ -317,13 +336,13 @@ fn check(behaviours: &BehaviourSet, tree: PathBuf) -> Result<ExitCode, BoxError>
     }
 }
 
-async fn start_tree(behaviours: &BehaviourSet, tree: &PathBuf, slots: u32) -> Result<Runtime, BoxError> {
+/// Starts the tree of `tree` on a device opened with `device` (its behaviours: `behaviours`).
+async fn start_tree(behaviours: &BehaviourSet, device: DeviceConfig, tree: &PathBuf) -> Result<Runtime, BoxError> {
     let spec = loader(behaviours).load_file(tree).map_err(|errors| {
         let hint = errors.0.iter().any(|e| e.message.starts_with("unknown behaviour"));
         format!("{errors}{}", if hint { format!("\n{REGISTER_HINT}") } else { String::new() })
     })?;
-    let config = DeviceConfig::default().slots(slots).behaviours(behaviours.clone());
-    Ok(Runtime::builder().device(config).start(spec).await?)
+    Ok(Runtime::builder().device(device.behaviours(behaviours.clone())).start(spec).await?)
 }
 
 /// Prints the end-of-run summary of a declared tree.
@@ -343,12 +362,12 @@ fn tree_summary(monitor: &mut Monitor, rt: &Runtime, output: Output) {
 
 async fn run_tree(
     behaviours: &BehaviourSet,
+    device: DeviceConfig,
     tree: PathBuf,
     duration: Option<Duration>,
-    slots: u32,
     output: Output,
 ) -> Result<ExitCode, BoxError> {
-    let rt = start_tree(behaviours, &tree, slots).await?;
+    let rt = start_tree(behaviours, device, &tree).await?;
     let mut monitor = Monitor::new(&rt);
     let title = format!("ringvisor run {}", tree.display());
     let stopped = watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
@@ -379,14 +398,14 @@ async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
 
 async fn chaos(
     behaviours: &BehaviourSet,
+    device: DeviceConfig,
     tree: PathBuf,
     seed: u64,
     rate: f64,
     duration: Duration,
-    slots: u32,
     output: Output,
 ) -> Result<ExitCode, BoxError> {
-    let rt = start_tree(behaviours, &tree, slots).await?;
+    let rt = start_tree(behaviours, device, &tree).await?;
     let mut monitor = Monitor::new(&rt);
     // Every fault kind but the loss of the device (each loss restarts the whole tree).
     let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
