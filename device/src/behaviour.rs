@@ -1,8 +1,9 @@
 //! Behaviours: the device functions an actor runs, registered by name.
 //!
-//! Six are built in (`echo`, `counter`, `kv`, `test`, and the demo's `sensor` and `alerts`; see `kernels/behaviours/`). Users add their own with
-//! the `ringvisor-build` helper, which compiles a `.cu` file for the CPU backend and embeds its source for
-//! NVRTC, then hands [`UserBehaviour`] values to [`BehaviourSet::register`].
+//! Six are built in (`echo`, `counter`, `kv`, `test`, and the demo's `sensor` and `alerts`; see
+//! `kernels/behaviours/`). Users add their own with the `ringvisor-build` helper, which compiles a `.cu` file
+//! for the CPU backend and embeds its source for NVRTC (and a `.wgsl` version, if given, for the wgpu
+//! backend), then hands [`UserBehaviour`] values to [`BehaviourSet::register`].
 
 use crate::error::DeviceError;
 use crate::ffi::BehaviourFn;
@@ -26,6 +27,10 @@ pub struct UserBehaviour {
     pub host_fn: BehaviourFn,
     /// The `.cu` source, for NVRTC (CUDA backend).
     pub cuda_source: &'static str,
+    /// The WGSL version, for the wgpu backend: a file defining `fn <function>() -> i32` (see
+    /// `docs/behaviours.md`), declared with `ringvisor_build::Behaviours::wgsl`; empty: none, and creating the
+    /// behaviour on the wgpu backend is refused as an unknown behaviour.
+    pub wgsl_source: &'static str,
     /// Bytes of state the behaviour needs (`sizeof` its state struct, declared with
     /// `ringvisor_build::Behaviours::state`); 0: not declared. Creating it in a slot whose state region is
     /// smaller fails on the host with [`DeviceError::StateTooSmall`].
@@ -39,6 +44,8 @@ pub(crate) struct BehaviourEntry {
     pub host_fn: BehaviourFn,
     pub function: String,
     pub cuda_source: Option<&'static str>,
+    /// The user's WGSL version (built-ins: `None`, theirs are the wgpu backend's own).
+    pub wgsl_source: Option<&'static str>,
     /// Declared state size (0: not declared).
     pub state_bytes: u32,
 }
@@ -77,6 +84,7 @@ impl BehaviourSet {
                 host_fn: unsafe { crate::ffi::rv_builtin_behaviour(id) }.expect("built-in behaviour is linked"),
                 function: function.to_string(),
                 cuda_source: None,
+                wgsl_source: None,
                 state_bytes: 0,
             })
             .collect();
@@ -110,6 +118,7 @@ impl BehaviourSet {
             host_fn: behaviour.host_fn,
             function: behaviour.function.to_string(),
             cuda_source: Some(behaviour.cuda_source),
+            wgsl_source: (!behaviour.wgsl_source.is_empty()).then_some(behaviour.wgsl_source),
             state_bytes: behaviour.state_bytes,
         });
         Ok(id)

@@ -37,7 +37,7 @@ pub use backend::cuda::{
     driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
 #[cfg(feature = "wgpu")]
-pub use backend::wgpu::{adapters as wgpu_adapters, shader_f64 as wgpu_shader_f64, WgpuConfig};
+pub use backend::wgpu::{adapters as wgpu_adapters, check as wgsl_check, shader_f64 as wgpu_shader_f64, WgpuConfig};
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};

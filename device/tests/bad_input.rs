@@ -53,8 +53,10 @@ fn host_refuses_bad_calls_before_writing_anything() {
 fn a_behaviour_that_declares_more_state_than_a_slot_holds_is_refused_on_the_host() {
     // SAFETY: returns a pointer to a function of the linked kernel library.
     let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(2) }.expect("counter is linked");
-    let big = UserBehaviour { name: "big", function: "big", host_fn, cuda_source: "", state_bytes: 2048 };
-    let fits = UserBehaviour { name: "fits", function: "fits", host_fn, cuda_source: "", state_bytes: 1024 };
+    let big =
+        UserBehaviour { name: "big", function: "big", host_fn, cuda_source: "", wgsl_source: "", state_bytes: 2048 };
+    let fits =
+        UserBehaviour { name: "fits", function: "fits", host_fn, cuda_source: "", wgsl_source: "", state_bytes: 1024 };
     let set = BehaviourSet::builtins().with(big).unwrap().with(fits).unwrap();
     let d = Device::open(DeviceConfig::default().slots(1).behaviours(set).backend(Backend::Cpu(CpuConfig::default())))
         .unwrap();

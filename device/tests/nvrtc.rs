@@ -23,6 +23,7 @@ fn behaviours() -> BehaviourSet {
         function: "moving_average",
         host_fn,
         cuda_source: USER_SOURCE,
+        wgsl_source: "",
     })
     .unwrap();
     set

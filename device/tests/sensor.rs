@@ -181,8 +181,14 @@ fn the_wgpu_backend_refuses_to_create_a_behaviour_it_has_no_wgsl_version_of() {
     }
     // SAFETY: returns a pointer to a function of the linked kernel library.
     let host_fn = unsafe { ringvisor_device::ffi::rv_builtin_behaviour(2) }.expect("counter is linked");
-    let host_only =
-        UserBehaviour { name: "host_only", function: "host_only", host_fn, cuda_source: "", state_bytes: 0 };
+    let host_only = UserBehaviour {
+        name: "host_only",
+        function: "host_only",
+        host_fn,
+        cuda_source: "",
+        wgsl_source: "",
+        state_bytes: 0,
+    };
     let set = BehaviourSet::builtins().with(host_only).unwrap();
     let config = DeviceConfig::default().slots(2).behaviours(set);
     let d = Device::open(config.backend(Backend::Wgpu(WgpuConfig::default()))).unwrap();
