@@ -34,9 +34,9 @@ fn name(backend: &Backend) -> &'static str {
 /// running (echo actors that sit idle but for the one called).
 fn round_trip(backend: &Backend, n: usize, slots: u32, active: u32) -> Summary {
     let d = open_with(backend, slots);
-    // one at a time: a burst of pipelined creates is what lavapipe mis-executes (docs/architecture.md)
-    for s in 0..active.max(1) {
-        d.create(s, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+    let created: Vec<_> = (0..active.max(1)).map(|s| d.create(s, "echo", &[]).expect("create")).collect();
+    for c in created {
+        c.wait_blocking(T).expect("created");
     }
     let payload = [7u8; 16];
     for _ in 0..n / 10 + 1 {

@@ -21,8 +21,8 @@
 //! compiler for the CPU backend (the same code NVRTC compiles for the GPU), exports it under a C symbol, and
 //! writes `$OUT_DIR/ringvisor_behaviours.rs` with a `user_behaviours()` function returning one
 //! `UserBehaviour` per behaviour, its CUDA source embedded for the CUDA backend (its WGSL version too, for the
-//! wgpu backend, when given with `wgsl`; and its state size, when declared with `state`), and a `c_layouts()` function reporting the C structs listed with `c_struct`, for a
-//! test to check the Rust mirrors against.
+//! wgpu backend, when given with `wgsl`; and its state size, when declared with `state`), and a `c_layouts()`
+//! function reporting the C structs listed with `c_struct`, for a test to check the Rust mirrors against.
 #![warn(missing_docs)]
 
 use std::fmt::Write as _;

@@ -35,7 +35,6 @@ struct rv_submit_params {
     // it from unrolling them at every inlined call site (on lavapipe that made compiling the program take seconds).
     zero: u32,
     max_groups_x: u32, // the most workgroups a dispatch's x dimension takes
-
     pad1: u32,
     pad2: u32,
 }

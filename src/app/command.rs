@@ -1,8 +1,8 @@
 //! The `ringvisor` command, as a library entry point ([`main`]) so that a program with behaviours of its
 //! own is the full command with them.
 //!
-//! - `ringvisor demo`: the main job (CPU backend by default; `--backend` picks another): 256 sensor actors detecting planted anomalies under a
-//!   fault a second, then a summary that accounts for every reading.
+//! - `ringvisor demo`: the main job (CPU backend by default; `--backend` picks another): 256 sensor actors
+//!   detecting planted anomalies under a fault a second, then a summary that accounts for every reading.
 //! - `ringvisor run TREE.toml`: start a declared tree and watch it until Ctrl-C (or `--duration`).
 //! - `ringvisor check TREE.toml`: validate a declared tree, every error with its location.
 //! - `ringvisor chaos TREE.toml --seed S --rate R --duration D`: run a declared tree under faults.
@@ -50,7 +50,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The main job (on the CPU backend unless `--backend` says otherwise): a sensor fleet detecting planted anomalies while faults strike.
+    /// The main job (on the CPU backend unless `--backend` says otherwise): a sensor fleet detecting planted
+    /// anomalies while faults strike.
     Demo {
         /// How long the load runs, seconds.
         #[arg(long, default_value = "15", value_parser = seconds)]

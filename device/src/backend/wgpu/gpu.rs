@@ -47,13 +47,25 @@ pub fn adapters() -> Vec<String> {
         .collect()
 }
 
-/// Whether the first adapter wgpu finds (Vulkan) has shader f64, which behaviours that compute in f64 (`sensor`,
-/// a user's WGSL in f64) need on this backend; false without an adapter.
+/// Whether the adapter a default `WgpuConfig` opens has shader f64, which behaviours that compute in f64
+/// (`sensor`, a user's WGSL in f64) need on this backend; false without an adapter.
 pub fn shader_f64() -> bool {
-    let instance = instance();
-    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
-        .first()
-        .is_some_and(|a| a.features().contains(wgpu::Features::SHADER_F64))
+    preferred_adapter(None).is_some_and(|a| a.features().contains(wgpu::Features::SHADER_F64))
+}
+
+/// The Vulkan adapter a device opens: among those whose name contains `want` (all when `None`), a discrete GPU
+/// first, then an integrated one, a virtual one, a CPU one (lavapipe).
+fn preferred_adapter(want: Option<&str>) -> Option<wgpu::Adapter> {
+    let adapters = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::VULKAN));
+    adapters.into_iter().filter(|a| want.is_none_or(|want| a.get_info().name.contains(want))).min_by_key(|a| {
+        match a.get_info().device_type {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Cpu => 3,
+            wgpu::DeviceType::Other => 4,
+        }
+    })
 }
 
 fn instance() -> wgpu::Instance {
@@ -75,22 +87,10 @@ impl Gpu {
         header: &RawGridHeader,
         behaviours: &BehaviourSet,
     ) -> Result<(Gpu, String), DeviceError> {
-        let instance = instance();
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
-        let adapter = adapters
-            .into_iter()
-            .filter(|a| config.adapter.as_ref().is_none_or(|want| a.get_info().name.contains(want.as_str())))
-            .min_by_key(|a| match a.get_info().device_type {
-                wgpu::DeviceType::DiscreteGpu => 0,
-                wgpu::DeviceType::IntegratedGpu => 1,
-                wgpu::DeviceType::VirtualGpu => 2,
-                wgpu::DeviceType::Cpu => 3,
-                wgpu::DeviceType::Other => 4,
-            })
-            .ok_or_else(|| match &config.adapter {
-                Some(want) => no_adapter(format!("no Vulkan adapter named like `{want}`")),
-                None => no_adapter("no Vulkan adapter found".into()),
-            })?;
+        let adapter = preferred_adapter(config.adapter.as_deref()).ok_or_else(|| match &config.adapter {
+            Some(want) => no_adapter(format!("no Vulkan adapter named like `{want}`")),
+            None => no_adapter("no Vulkan adapter found".into()),
+        })?;
         let info = adapter.get_info();
         let name = format!("{} ({:?}, {})", info.name, info.device_type, info.driver_info);
         let limits = adapter.limits();
@@ -273,9 +273,7 @@ impl Gpu {
             name,
         ))
     }
-}
 
-impl Gpu {
     /// Runs each pipeline once over the still-empty regions (a zero header: no slots, no commands), so the driver
     /// compiles the program now, inside `Device::open`, and not during the first round, where a device's
     /// liveness is judged and a command waits. lavapipe compiles at first use and takes tens of seconds for

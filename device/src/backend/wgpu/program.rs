@@ -33,8 +33,7 @@ pub(crate) struct WgslBehaviour<'a> {
 
 /// Whether WGSL `source` computes in f64: it names the type or an `rv_f64.wgsl` helper (a word containing
 /// `f64`), or writes an f64 literal (`1.5lf`). Such a behaviour is in the program only where the adapter has
-/// shader f64.
-/// Comments do not count.
+/// shader f64. Comments do not count.
 pub(crate) fn uses_f64(source: &str) -> bool {
     without_comments(source).split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).any(|word| {
         let literal = word.starts_with(|c: char| c.is_ascii_digit() || c == '.') && word.ends_with("lf");
@@ -77,8 +76,9 @@ fn without_comments(source: &str) -> String {
     out
 }
 
-/// Every behaviour of `set` with a WGSL version (built-ins in the order of their ids, then the user's).
-fn all_wgsl_behaviours(set: &BehaviourSet) -> Vec<WgslBehaviour<'_>> {
+/// The behaviours of `set` this backend runs (built-ins in the order of their ids, then the user's): a WGSL
+/// version, and shader f64 (`f64`) if it computes in f64.
+pub(crate) fn wgsl_behaviours(set: &BehaviourSet, f64: bool) -> Vec<WgslBehaviour<'_>> {
     set.entries()
         .iter()
         .filter_map(|e| {
@@ -92,12 +92,8 @@ fn all_wgsl_behaviours(set: &BehaviourSet) -> Vec<WgslBehaviour<'_>> {
             };
             Some(WgslBehaviour { id: e.id.0, name: &e.name, function, source })
         })
+        .filter(|b| f64 || !uses_f64(b.source))
         .collect()
-}
-
-/// The behaviours of `set` this backend runs: a WGSL version, and shader f64 (`f64`) if it computes in f64.
-pub(crate) fn wgsl_behaviours(set: &BehaviourSet, f64: bool) -> Vec<WgslBehaviour<'_>> {
-    all_wgsl_behaviours(set).into_iter().filter(|b| f64 || !uses_f64(b.source)).collect()
 }
 
 /// The C layout report's entries as (name, value, extra).
