@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use ringvisor_device::{DeviceError, DeviceFault, SlotFault};
-use ringvisor_supervisor::{ChildRef, EventFault, RegistryError, Services};
+use ringvisor_supervisor::{ChildRef, ChildStatus, EventFault, ExitReason, RegistryError, Services};
 
 /// A fault aimed at supervised children by registry name or pattern, through
 /// [`Runtime::faults`](crate::Runtime::faults). (To aim one at a slot number through the device API, use
@@ -30,20 +30,21 @@ pub enum InjectedFault {
     /// Device: the next host message is handled as a corrupt envelope: answered with a `BadEnvelope` error,
     /// counted, and the actor keeps running (nothing to supervise; nothing lost).
     CorruptNextEnvelope,
-    /// Device: block 0 kills the actor (its queued messages are handed back); the slot actor exits `killed`.
+    /// Device: block 0 kills the actor (its queued messages are handed back); the child exits `killed`.
     KillDeviceActor,
-    /// Host: the slot actor mirroring a GPU child (or any host actor child) is killed; its supervisor sees
-    /// `killed` and kills the device actor too.
+    /// Host: a worker is killed from the host (a host actor child with ractor's kill; a GPU child exits
+    /// `killed` through [`ringvisor_supervisor::GpuActorRef::exit`]); its supervisor sees `killed` (and kills
+    /// a GPU child's device actor).
     KillActor,
     /// Host: a supervisor child is killed (its children die with it, without cleanup); its parent acts.
     KillSupervisor,
     /// Device: the actor stops making progress and its heartbeat stops (the stall bit of its control
     /// block), for the given time or, with `None`, until the watchdog fails it (or it is killed).
     Hang(Option<Duration>),
-    /// Host: the slot's device events do not reach its slot actor for this long (the watchdog notices an
+    /// Host: the slot's device events do not reach its child's supervisor for this long (the watchdog notices an
     /// actor that failed or ended unheard).
     DropEvents(Duration),
-    /// Host: the slot's device events reach its slot actor this much later, for the next second.
+    /// Host: the slot's device events reach its child's supervisor this much later, for the next second.
     DelayEvents(Duration),
     /// Device: the actor gets stuck inside its behaviour for good (the wedge bit): no progress, no heartbeat,
     /// and it never acknowledges a kill. The watchdog fails the child, its restart is not acknowledged,
@@ -140,7 +141,9 @@ impl<'a> FaultInjector<'a> {
     }
 
     fn inject_one(&self, child: &ChildRef, fault: InjectedFault) -> Result<bool, FaultError> {
-        let Some(actor) = child.actor() else { return Ok(false) };
+        if child.status() != ChildStatus::Running {
+            return Ok(false);
+        }
         let is_supervisor = ringvisor_supervisor::SupervisorRef::from_child(child).is_some();
         match fault {
             InjectedFault::CrashNextMessage
@@ -182,14 +185,23 @@ impl<'a> FaultInjector<'a> {
                 let Some(name) = child.name() else { return Ok(false) };
                 Ok(self.services.inject_event_fault(name, fault, duration))
             }
-            InjectedFault::KillActor if !is_supervisor => {
-                actor.kill();
-                Ok(true)
-            }
-            InjectedFault::KillSupervisor if is_supervisor => {
-                actor.kill();
-                Ok(true)
-            }
+            // A GPU child has no host actor: it exits `killed`, as a killed host actor does (its device actor
+            // is killed by its supervisor).
+            InjectedFault::KillActor if !is_supervisor => match (child.gpu(), child.actor()) {
+                (Some(gpu), _) => Ok(gpu.exit(ExitReason::Killed)),
+                (None, Some(actor)) => {
+                    actor.kill();
+                    Ok(true)
+                }
+                (None, None) => Ok(false),
+            },
+            InjectedFault::KillSupervisor if is_supervisor => match child.actor() {
+                Some(actor) => {
+                    actor.kill();
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
             _ => Ok(false),
         }
     }

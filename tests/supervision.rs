@@ -169,6 +169,51 @@ async fn a_graceful_stop_drains_and_a_brutal_kill_kills_the_device_actor() {
     rt.shutdown().await;
 }
 
+/// The next exit of `child` the tree reports.
+async fn next_exit(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent>, of: &str) -> ExitReason {
+    loop {
+        match tokio::time::timeout(T, events.recv()).await.expect("an exit in time").expect("events open") {
+            TreeEvent::ChildExited { child, reason, .. } if child == of => return reason,
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_ends_a_gpu_child_with_that_reason_and_its_restart_type_decides() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(5, Duration::from_secs(5))
+        .child(counter("p"))
+        .child(counter("t").restart(Restart::Transient));
+    let rt = Runtime::start(config(), spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let (p, t) = (rt.gpu("app/p").unwrap(), rt.gpu("app/t").unwrap());
+    assert!(p.child().actor().is_none(), "a GPU child has no host actor: its supervisor drives its slot");
+    assert_eq!(total(&p, 7).await, 7);
+    // A transient child that exits `shutdown` is not restarted; its device actor is killed.
+    assert!(t.exit(ExitReason::Shutdown));
+    assert_eq!(next_exit(&mut events, "t").await, ExitReason::Shutdown);
+    eventually("t stopped", || t.status() == ChildStatus::Stopped).await;
+    eventually("t's device actor killed", || rt.device().host_view(t.slot()).unwrap().1 == SlotState::Terminated).await;
+    assert!(!t.exit(ExitReason::Killed), "nothing running to exit");
+    // A permanent child that exits abnormally is restarted, from fresh state.
+    let generation = rt.device().host_view(p.slot()).unwrap().0;
+    assert!(p.exit(ExitReason::Abnormal("boom".into())));
+    assert_eq!(next_exit(&mut events, "p").await, ExitReason::Abnormal("boom".into()));
+    loop {
+        match tokio::time::timeout(T, events.recv()).await.expect("a start in time").expect("events open") {
+            TreeEvent::ChildStarted { child, .. } if child == "p" => break,
+            _ => {}
+        }
+    }
+    assert!(rt.device().host_view(p.slot()).unwrap().0 > generation, "a new incarnation");
+    assert_eq!(total(&p, 2).await, 2, "fresh state");
+    let which = rt.root().which_children().await.unwrap();
+    let states: Vec<_> = which.iter().map(|c| (c.id.as_str(), c.state)).collect();
+    assert_eq!(states, [("p", RunState::Running), ("t", RunState::Undefined)]);
+    rt.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backoff_spaces_restarts_and_still_counts_toward_intensity() {
     let backoff = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1)).jitter(0.0);
@@ -266,7 +311,7 @@ async fn a_failure_whose_event_is_lost_is_caught_by_the_watchdog_and_a_late_one_
         .child(ChildSpec::gpu("late", watched("counter")).name("app/late"));
     let rt = Runtime::start(config(), spec).await.unwrap();
     let mut events = rt.services().events().subscribe();
-    // lost: its Failed event never reaches the slot actor; the watchdog sees the incarnation ended unheard.
+    // lost: its Failed event never reaches its supervisor; the watchdog sees the incarnation ended unheard.
     rt.faults().inject("app/lost", InjectedFault::DropEvents(Duration::from_secs(30))).unwrap();
     rt.faults().inject("app/lost", InjectedFault::CrashNextMessage).unwrap();
     let lost = rt.gpu("app/lost").unwrap();

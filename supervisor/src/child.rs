@@ -1,4 +1,4 @@
-//! How children start: GPU children (a slot actor over a device slot), host actors from a factory.
+//! How children start: GPU children (a behaviour in a device slot), host actors from a factory.
 //! (Nested supervisors start in `supervisor`.)
 
 use std::fmt;

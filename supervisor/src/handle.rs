@@ -14,7 +14,9 @@ use tokio::sync::watch;
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
 use crate::gpu::slots::DeviceSlots;
-use crate::status::ChildStatus;
+use crate::gpu::Notice;
+use crate::reason::ExitReason;
+use crate::status::{ChildStatus, Incarnation};
 use crate::sync::lock;
 
 /// The GPU side of a child: its device, its slot and the messages parked while the slot does not accept any.
@@ -23,6 +25,8 @@ pub(crate) struct GpuActorShared {
     pub(crate) slots: Arc<DeviceSlots>,
     /// The slot; it changes only if the slot is quarantined and the child moves.
     slot: AtomicU32,
+    /// The running incarnation's generation (0 while none runs).
+    generation: AtomicU32,
     parked: Mutex<VecDeque<Vec<u8>>>,
     dead_letters: DeadLetters,
 }
@@ -70,6 +74,7 @@ impl ChildShared {
             gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
                 slots,
                 slot: AtomicU32::new(slot),
+                generation: AtomicU32::new(0),
                 parked: Mutex::new(VecDeque::new()),
                 dead_letters,
             }),
@@ -85,11 +90,14 @@ impl ChildShared {
         self.name.clone().unwrap_or_else(|| self.id.clone())
     }
 
-    /// Marks the child running as `actor`, then hands it the messages parked while it was down.
-    pub(crate) fn set_running(&self, actor: ActorCell) {
-        *lock(&self.actor) = Some(actor);
+    /// Marks the child running as `incarnation`, then hands it the messages parked while it was down.
+    pub(crate) fn set_running(&self, incarnation: &Incarnation) {
+        *lock(&self.actor) = incarnation.actor().cloned();
         match &self.gpu_actor {
             Some(gpu) => {
+                if let Incarnation::Gpu(generation) = incarnation {
+                    gpu.generation.store(*generation, Ordering::Release);
+                }
                 let mut parked = lock(&gpu.parked);
                 self.status.send_replace(ChildStatus::Running);
                 while let Some(payload) = parked.pop_front() {
@@ -124,6 +132,7 @@ impl ChildShared {
         *lock(&self.actor) = None;
         match &self.gpu_actor {
             Some(gpu) => {
+                gpu.generation.store(0, Ordering::Release);
                 let mut parked = lock(&gpu.parked);
                 self.status.send_replace(status);
                 if status.has_ended() {
@@ -163,7 +172,7 @@ impl ChildRef {
     /// A handle on a host actor that no supervisor manages (to put it in a registry).
     pub fn unsupervised(id: impl Into<String>, actor: ActorCell) -> Self {
         let shared = ChildShared::new(id.into(), None, None);
-        shared.set_running(actor);
+        shared.set_running(&Incarnation::Actor(actor));
         Self { shared }
     }
 
@@ -182,7 +191,8 @@ impl ChildRef {
         self.shared.status()
     }
 
-    /// The ractor actor of the current incarnation (`None` while it is down).
+    /// The ractor actor of the current incarnation of a host actor or supervisor (`None` while it is down,
+    /// and for a GPU child, which has no host actor: see [`ChildRef::gpu`]).
     pub fn actor(&self) -> Option<ActorCell> {
         self.shared.actor()
     }
@@ -246,6 +256,17 @@ impl GpuActorRef {
     /// Where the child is in its life.
     pub fn status(&self) -> ChildStatus {
         self.shared.status()
+    }
+
+    /// Makes the running incarnation exit with `reason`, as OTP's `exit(Pid, Reason)` does to a process
+    /// that does not trap exits: its supervisor sees that exit and acts on it by the child's restart type (a
+    /// transient child that exits `normal` or `shutdown` is not restarted). The device actor is killed: the
+    /// messages queued in it are handed back as dead letters. Returns false if no incarnation is running
+    /// (the child is between incarnations, or has ended).
+    pub fn exit(&self, reason: ExitReason) -> bool {
+        let gpu = self.gpu();
+        let generation = gpu.generation.load(Ordering::Acquire);
+        generation != 0 && gpu.slots.notify(gpu.slot(), generation, Notice::Exit(reason))
     }
 
     /// The generic handle.

@@ -6,8 +6,9 @@
 //! - [`SupervisorRef::start`] starts a tree from a [`SupervisorSpec`] (built in code, or loaded from TOML
 //!   with [`SpecLoader`]); children are GPU actors ([`GpuChild`]), nested supervisors, or any ractor actor
 //!   ([`ActorFactory`]).
-//! - Each GPU child is mirrored by a slot actor that owns its device slot; [`GpuActorRef`] is a stable
-//!   handle that survives restarts.
+//! - A GPU child's device slot is owned by its supervisor, which drives it (start, drain, kill) and hears of
+//!   its end through the device's events: no ractor actor per GPU child. [`GpuActorRef`] is a stable handle
+//!   that survives restarts.
 //! - [`Services`] holds what a tree shares: [`Registry`], [`DeadLetters`], [`TreeEvents`], the device.
 #![warn(missing_docs)]
 
@@ -36,7 +37,7 @@ pub use dead_letter::{
     DeadLetter, DeadLetterReason, DeadLetterStats, DeadLetters, DeviceOrigin, Origin, OverflowPolicy,
 };
 pub use error::{RegistryError, SendError, SupervisorError};
-pub use gpu::{EventFault, SlotMsg};
+pub use gpu::EventFault;
 pub use handle::{ChildRef, GpuActorRef};
 pub use policy::{AutoShutdown, Backoff, ChildType, Restart, Shutdown, Strategy};
 pub use reason::{stop_reason, ExitReason};

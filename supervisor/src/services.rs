@@ -36,7 +36,7 @@ impl Services {
     }
 
     /// Services for a tree of GPU (and host) actors on `device`. Device events are routed (dead letters to
-    /// the queue, events to slot actors) by a hook on the device's event path, with no thread of its own.
+    /// the queue, the ends of incarnations to supervisors) by a hook on the device's event path, with no thread of its own.
     pub fn with_device(device: Device) -> Self {
         Self::with_device_and_dead_letters(device, DeadLetters::default())
     }
@@ -137,7 +137,7 @@ impl Services {
     }
 
     /// Fault injection: for `duration`, drop or delay the device events of the GPU child registered as
-    /// `name` on their way to its slot actor. Returns false if `name` is not a GPU child.
+    /// `name` on their way to its supervisor. Returns false if `name` is not a GPU child.
     pub fn inject_event_fault(&self, name: &str, fault: EventFault, duration: Duration) -> bool {
         match self.registry().lookup(name).and_then(|c| c.gpu()) {
             Some(actor) => {

@@ -11,7 +11,7 @@ use crate::policy::{AutoShutdown, Backoff, ChildType, Restart, Shutdown, Strateg
 /// How a child is started.
 #[derive(Clone)]
 pub enum ChildStart {
-    /// A GPU actor in a device slot, mirrored by a slot actor.
+    /// A GPU actor in a device slot, driven by its supervisor (no host actor of its own).
     Gpu(GpuChild),
     /// A nested supervisor.
     Supervisor(Box<SupervisorSpec>),

@@ -1,6 +1,6 @@
 //! A child's state, in the three views that need it, kept in step by one method (`Child::set_run` in
 //! `supervisor/children.rs`):
-//! - [`Run`]: the supervisor's own record, holding the running incarnation's actor;
+//! - [`Run`]: the supervisor's own record, holding the running [`Incarnation`];
 //! - [`RunState`]: the same as OTP's `which_children` reports it (`running`, `restarting`, `undefined`);
 //! - [`ChildStatus`]: what the child's handles see, with the finer distinctions they act on (a first start,
 //!   a spec kept but not running, gone for good).
@@ -64,10 +64,29 @@ impl RunState {
     }
 }
 
+/// A running incarnation, as its supervisor knows it.
+pub(crate) enum Incarnation {
+    /// A ractor actor (a host actor child, a nested supervisor), linked to the supervisor.
+    Actor(ActorCell),
+    /// A GPU child's device actor, by its generation in the child's slot: no host actor of its own (the
+    /// supervisor drives the slot and hears of the incarnation's end through notices, see `gpu/mod.rs`).
+    Gpu(u32),
+}
+
+impl Incarnation {
+    /// The ractor actor, for host actors and supervisors.
+    pub(crate) fn actor(&self) -> Option<&ActorCell> {
+        match self {
+            Incarnation::Actor(cell) => Some(cell),
+            Incarnation::Gpu(_) => None,
+        }
+    }
+}
+
 /// The supervisor's record of a child's incarnation.
 pub(crate) enum Run {
-    /// Running as this actor.
-    Running(ActorCell),
+    /// Running.
+    Running(Incarnation),
     /// Being restarted (a start failed and a retry is queued, or a backoff delay runs).
     Restarting,
     /// Not running.
@@ -75,10 +94,10 @@ pub(crate) enum Run {
 }
 
 impl Run {
-    /// The running incarnation's actor.
-    pub(crate) fn cell(&self) -> Option<&ActorCell> {
+    /// The running incarnation.
+    pub(crate) fn incarnation(&self) -> Option<&Incarnation> {
         match self {
-            Run::Running(cell) => Some(cell),
+            Run::Running(incarnation) => Some(incarnation),
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! Mapping: every `child` is a GPU actor (behaviour `test`) in [`Mode::Gpu`], a host ractor actor in
 //! [`Mode::Host`]. Crashes of a GPU child are real device events: `abnormal` is a failing message, `normal`
-//! a drain, `kill` a device kill; `shutdown` and `shutdown_tag` stop its slot actor with that reason. A
+//! a drain, `kill` a device kill; `shutdown` and `shutdown_tag` are `GpuActorRef::exit` with that reason. A
 //! `hang_on_shutdown` child is always a host actor (a GPU actor cannot ignore a drain; hung GPU actors are
 //! the watchdog's business). `fail_starts` / `fail_from` count start attempts per child id across the run,
 //! as the oracle does; for a GPU child a failing attempt is a device init failure.
@@ -341,7 +341,6 @@ impl Run {
             self.trace.push(format!("no_pid {id}"));
             return;
         };
-        let cell = child.actor().expect("running child has an actor");
         let exit = match reason {
             "normal" => ExitReason::Normal,
             "shutdown" => ExitReason::Shutdown,
@@ -360,12 +359,12 @@ impl Run {
                     }
                     ExitReason::Normal => drop(device.drain(gpu.slot()).unwrap()),
                     ExitReason::Killed => drop(device.kill(gpu.slot()).unwrap()),
-                    other => cell.stop(Some(other.to_stop_reason())),
+                    other => assert!(gpu.exit(other), "a running GPU child takes an exit"),
                 }
             }
-            None => match exit {
-                ExitReason::Killed => cell.kill(),
-                other => {
+            None => match (exit, child.actor().expect("a running host child has an actor")) {
+                (ExitReason::Killed, cell) => cell.kill(),
+                (other, cell) => {
                     let actor: ActorRef<WorkerMsg> = cell.into();
                     actor.send_message(WorkerMsg::Exit(other)).unwrap();
                 }

@@ -1,16 +1,16 @@
 //! A GPU child's hold on a device slot, from the supervisor's side: taking a slot when the child is added,
-//! starting a slot actor over it for each incarnation, cleaning up a device actor its slot actor left behind,
-//! and giving the slot back when the child is dropped for good.
+//! starting each incarnation in it, cleaning up a device actor no incarnation owns any more, and giving the
+//! slot back when the child is dropped for good.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorCell};
 use ringvisor_device::{BehaviourId, CommandOp, CommandRequest, DeviceError, PendingCommand, SlotEvent, SlotState};
 
-use super::slot_actor::{SlotActor, SlotArgs};
+use super::incarnation::{self, StartArgs};
 use super::slots::DeviceSlots;
-use crate::child::{spawn_error, GpuChild};
+use super::NoticeSink;
+use crate::child::GpuChild;
 use crate::error::SupervisorError;
 use crate::handle::{ChildShared, GpuActorShared};
 use crate::services::Services;
@@ -42,8 +42,8 @@ pub(crate) fn release_slot(slots: &DeviceSlots, slot: u32) {
     slots.pool.release(slot);
 }
 
-/// The device command that brings up a GPU child's next incarnation, submitted ahead of its slot actor so a
-/// group's starts reach the device as one batch (see `terminate_children` / `start_children`).
+/// The device command that brings up a GPU child's next incarnation, submitted ahead of its turn so a group's
+/// starts reach the device as one batch (see `terminate_children` / `start_children`).
 pub(crate) struct PreparedStart {
     /// The init bytes the command carries (the incarnation's).
     pub(crate) init: Vec<u8>,
@@ -52,8 +52,8 @@ pub(crate) struct PreparedStart {
 
 /// Submits the Create (or, for a Failed slot, the Restart) of GPU child `shared`'s next incarnation without
 /// waiting for it. `None` when the slot is not in a state where that is unambiguous (running, quarantined, a
-/// command in flight) or the submission fails: the slot actor then brings the slot up itself, with its
-/// full checks and errors.
+/// command in flight) or the submission fails: its start then brings the slot up itself, with its full
+/// checks and errors.
 pub(crate) fn prepare_incarnation(
     shared: &ChildShared,
     services: &Services,
@@ -92,33 +92,26 @@ fn behaviour_id(services: &Services, child: &GpuChild) -> Result<BehaviourId, St
     }
 }
 
-/// Starts one incarnation of GPU child `shared`: a slot actor linked to `supervisor` that creates (or
-/// re-creates) the device actor, or takes over the command `prepared` already submitted, and is running
-/// once it is Active.
+/// Starts one incarnation of GPU child `shared`: creates (or re-creates) the device actor, or takes over the
+/// command `prepared` already submitted, and waits until it is Active; its end is reported to `sink` (its
+/// supervisor). Returns its generation.
 pub(crate) async fn start_incarnation(
     shared: &Arc<ChildShared>,
     services: &Services,
     child: &GpuChild,
     init: Vec<u8>,
     prepared: Option<PendingCommand>,
-    supervisor: ActorCell,
-) -> Result<ActorCell, String> {
+    sink: &NoticeSink,
+) -> Result<u32, String> {
     let behaviour = behaviour_id(services, child)?;
-    let args = SlotArgs {
-        shared: shared.clone(),
-        events: services.events().clone(),
-        behaviour,
-        init,
-        prepared,
-        start_timeout: child.timeout(),
-        heartbeat_timeout: child.watchdog(),
-    };
-    SlotActor::spawn_linked(None, SlotActor, args, supervisor).await.map(|(r, _)| r.get_cell()).map_err(spawn_error)
+    let args =
+        StartArgs { behaviour, init, prepared, start_timeout: child.timeout(), heartbeat_timeout: child.watchdog() };
+    incarnation::start(shared, services.events(), sink, args).await
 }
 
-/// After a GPU child's slot actor has exited (however it exited): a device actor still running (its slot
-/// actor was killed, or block 0 restarted it under a grant no incarnation will take) is killed so it stops
-/// consuming messages.
+/// After a GPU child's incarnation has ended for its supervisor (however it ended): a device actor still
+/// running (the host made it exit, or block 0 restarted it under a grant no incarnation will take) is killed
+/// so it stops consuming messages.
 pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
     if kill_granted_restart(gpu) {
         return;

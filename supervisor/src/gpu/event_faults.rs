@@ -1,4 +1,4 @@
-//! Faults on the path from the device to slot actors (for fault-injection tests): a slot's events dropped or
+//! Faults on the path from the device to supervisors (for fault-injection tests): a slot's events dropped or
 //! delayed for a while. Dead-letter accounting is not affected, only what the supervision layer learns, and
 //! when.
 
@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
-/// A fault on the path of a slot's device events to its slot actor (dead-letter accounting is not
+/// A fault on the path of a slot's device events to its child's supervisor (dead-letter accounting is not
 /// affected: only what the supervision layer learns, and when).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventFault {
-    /// The slot's events are not delivered to its slot actor.
+    /// The slot's events are not delivered to its child's supervisor.
     Drop,
-    /// The slot's events reach its slot actor this much later.
+    /// The slot's events reach its child's supervisor this much later.
     Delay(Duration),
 }
 

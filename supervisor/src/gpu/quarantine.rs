@@ -5,8 +5,8 @@
 //! 1. the device's watchdog (`watchdog.rs`) fails the child when its heartbeat stands
 //!    still while messages wait (never while the whole device is unresponsive: that is the device's own
 //!    watchdog's call, see `ringvisor_device::UNRESPONSIVE_AFTER`);
-//! 2. the supervisor restarts it; the new incarnation's slot actor asks the device to restart the slot
-//!    (`slot_actor.rs`, `bring_up`), and waits at most the child's heartbeat timeout for the acknowledgement;
+//! 2. the supervisor restarts it; the new incarnation's start asks the device to restart the slot
+//!    (`incarnation.rs`, `bring_up`), and waits at most the child's heartbeat timeout for the acknowledgement;
 //! 3. unacknowledged, with the slot's heartbeat where it was and block 0's moving ([`is_wedged`]), the slot is
 //!    given up on: [`DeviceSlots::quarantine`] has the device refuse it for good (its queued messages become
 //!    dead letters with reason `slot_quarantined`) and the pool never hands it out again on this device;

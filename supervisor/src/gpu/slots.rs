@@ -1,23 +1,24 @@
-//! One device and what the tree keeps about it: its slot pool, who listens to each slot (the slot actor, and
-//! the name its dead letters are filed under), and the routing of the device's events: the messages an event
-//! made undeliverable to the dead-letter queue, the event itself to the slot's actor. Routing is a hook on the
-//! device's event path (`Device::on_event`): no thread of its own, no hand-off.
+//! One device and what the tree keeps about it: its slot pool, who listens to each slot (the supervisor of the
+//! child running there, and the name its dead letters are filed under), and the routing of the device's
+//! events: the messages an event made undeliverable to the dead-letter queue, the end of an incarnation to
+//! its supervisor as a notice. Routing is a hook on the device's event path (`Device::on_event`): no thread of
+//! its own, no hand-off.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use ractor::ActorRef;
-use ringvisor_device::{Device, EventHook, SlotEvent, UndeliveredReason};
+use ringvisor_device::{Device, EventHook, EventKind, SlotEvent, UndeliveredReason};
 
 use super::event_faults::{EventFault, EventFaults};
 use super::pool::SlotPool;
 use super::watchdog::Watchdogs;
-use super::SlotMsg;
+use super::{Notice, NoticeSink, SlotNotice};
 use crate::dead_letter::{DeadLetterReason, DeadLetters, DeviceOrigin, Origin};
 
-/// Who listens to a slot's device events: its slot actor, and the name its dead letters are filed under.
+/// Who listens to a slot's device events: the supervisor of the child running there (while it runs), and the
+/// name its dead letters are filed under.
 pub(super) struct SlotBinding {
-    pub(super) actor: Option<ActorRef<SlotMsg>>,
+    pub(super) sink: Option<NoticeSink>,
     pub(super) target: String,
 }
 
@@ -28,7 +29,7 @@ pub(crate) struct DeviceSlots {
     pub(crate) device: Device,
     pub(crate) pool: SlotPool,
     pub(super) bindings: DashMap<u32, SlotBinding>,
-    /// Injected faults on the path from the device to slot actors (tests only).
+    /// Injected faults on the path from the device to supervisors (tests only).
     pub(crate) event_faults: EventFaults,
     /// The hung-actor detector of every GPU child on this device.
     pub(super) watchdogs: Arc<Watchdogs>,
@@ -37,8 +38,8 @@ pub(crate) struct DeviceSlots {
 }
 
 impl DeviceSlots {
-    /// Attaches the tree to `device`: its events are routed (dead letters to the queue, events to slot
-    /// actors) by a hook on the device's event path, with no thread of its own.
+    /// Attaches the tree to `device`: its events are routed (dead letters to the queue, ends of incarnations
+    /// to supervisors) by a hook on the device's event path, with no thread of its own.
     pub(crate) fn attach_device(device: Device, dead_letters: DeadLetters) -> Arc<Self> {
         let slots = Arc::new_cyclic(|weak: &std::sync::Weak<DeviceSlots>| {
             let weak = weak.clone();
@@ -62,33 +63,40 @@ impl DeviceSlots {
 
     /// Files a slot's dead letters under `target` from now on.
     pub(crate) fn claim(&self, slot: u32, target: String) {
-        self.bindings.insert(slot, SlotBinding { actor: None, target });
+        self.bindings.insert(slot, SlotBinding { sink: None, target });
     }
 
-    pub(crate) fn attach(&self, slot: u32, actor: ActorRef<SlotMsg>) {
+    /// Sends the ends of the incarnations of `slot` to `sink` (its child's supervisor) from now on.
+    pub(crate) fn attach(&self, slot: u32, sink: &NoticeSink) {
         if let Some(mut b) = self.bindings.get_mut(&slot) {
-            b.actor = Some(actor);
+            b.sink = Some(sink.clone());
         }
     }
 
-    pub(crate) fn detach(&self, slot: u32, actor: &ActorRef<SlotMsg>) {
+    /// Nobody listens to `slot` any more (its child is being stopped, or is not running).
+    pub(crate) fn detach(&self, slot: u32) {
         if let Some(mut b) = self.bindings.get_mut(&slot) {
-            if b.actor.as_ref().is_some_and(|a| a.get_id() == actor.get_id()) {
-                b.actor = None;
-            }
+            b.sink = None;
         }
+    }
+
+    /// Tells whoever listens to `slot` about its incarnation `generation`; false if nobody listens.
+    pub(crate) fn notify(&self, slot: u32, generation: u32, what: Notice) -> bool {
+        let Some(sink) = self.bindings.get(&slot).and_then(|b| b.sink.clone()) else { return false };
+        sink(SlotNotice { slot, generation, what });
+        true
     }
 
     pub(crate) fn unclaim(&self, slot: u32) {
         self.bindings.remove(&slot);
     }
 
-    /// Routes one device event: its undeliverable messages to the dead-letter queue, the event to the
-    /// slot's actor.
+    /// Routes one device event: its undeliverable messages to the dead-letter queue, the end of an
+    /// incarnation (failed, killed, drained) to the supervisor listening to the slot.
     fn route(&self, event: &SlotEvent, dead_letters: &DeadLetters) {
         let slot = event.event.slot;
-        let (actor, target) = match self.bindings.get(&slot) {
-            Some(b) => (b.actor.clone(), Some(b.target.clone())),
+        let (sink, target) = match self.bindings.get(&slot) {
+            Some(b) => (b.sink.clone(), Some(b.target.clone())),
             None => (None, None),
         };
         for u in &event.undelivered {
@@ -102,21 +110,27 @@ impl DeviceSlots {
                 u.envelope.payload().to_vec(),
             );
         }
-        let Some(actor) = actor else { return };
+        let Some(sink) = sink else { return };
+        let what = match event.event.kind {
+            EventKind::Failed => Notice::Failed(event.event.code),
+            EventKind::Killed => Notice::Killed,
+            EventKind::Drained => Notice::Drained,
+            // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
+            // child does not fail on its own, which would only make every supervisor exceed its intensity.
+            _ => return,
+        };
+        let notice = SlotNotice { slot, generation: event.event.generation, what };
         match self.event_faults.in_force(slot) {
             Some(EventFault::Drop) => {
                 tracing::debug!(slot, kind = ?event.event.kind, "device event dropped (fault)")
             }
             Some(EventFault::Delay(d)) => {
-                let ev = event.event.clone();
                 std::thread::spawn(move || {
                     std::thread::sleep(d);
-                    let _ = actor.send_message(SlotMsg::Device(ev));
+                    sink(notice);
                 });
             }
-            None => {
-                let _ = actor.send_message(SlotMsg::Device(event.event.clone()));
-            }
+            None => sink(notice),
         }
     }
 }

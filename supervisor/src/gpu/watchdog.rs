@@ -4,7 +4,7 @@
 //! A running incarnation is *hung* when its heartbeat has not moved for its timeout while messages wait in its
 //! inbox, and *ended unheard* when the device shows it ended (Failed, Terminated, or a newer generation: block 0
 //! restarted it under a grant) for a whole timeout without an event reaching the host. Either is sent to the
-//! slot actor as [`SlotMsg::Hung`], which fails with that reason so its supervisor acts. While the whole
+//! child's supervisor as a [`Notice::Hung`]: the incarnation exits with that reason and its supervisor acts. While the whole
 //! device is unresponsive (block 0's heartbeat stale too) no slot is blamed: that is the device's watchdog's
 //! call. An idle actor is never stepped (see the CPU backend's run set), so its heartbeat stands still: only
 //! the time with work pending counts.
@@ -17,10 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use ractor::ActorRef;
 use ringvisor_device::{Device, DeviceHealth, SlotState, UNRESPONSIVE_AFTER};
 
-use super::SlotMsg;
+use super::{Notice, NoticeSink, SlotNotice};
 use crate::rounded::Rounded;
 use crate::sync::lock;
 
@@ -54,7 +53,7 @@ impl Default for Watchdogs {
 
 /// What the detector keeps about one incarnation.
 struct Watched {
-    actor: ActorRef<SlotMsg>,
+    sink: NoticeSink,
     child: String,
     generation: u32,
     timeout: Duration,
@@ -66,8 +65,8 @@ struct Watched {
 }
 
 impl Watchdogs {
-    /// Watches incarnation `generation` of `slot`, run by `actor` (the slot actor of child `child`), with
-    /// `timeout`. Starts the device's detector task on first use (from within the tokio runtime); `device`
+    /// Watches incarnation `generation` of `slot` (of child `child`, whose supervisor hears through `sink`),
+    /// with `timeout`. Starts the device's detector task on first use (from within the tokio runtime); `device`
     /// gives it the device while the tree still uses it (the task holds no device of its own).
     pub(crate) fn watch(
         self: &Arc<Self>,
@@ -75,12 +74,12 @@ impl Watchdogs {
         slot: u32,
         generation: u32,
         timeout: Duration,
-        actor: ActorRef<SlotMsg>,
+        sink: NoticeSink,
         child: String,
     ) {
         self.shorten_tick_for(timeout);
         let entry =
-            Watched { actor, child, generation, timeout, heartbeat: 0, since: Instant::now(), ended_since: None };
+            Watched { sink, child, generation, timeout, heartbeat: 0, since: Instant::now(), ended_since: None };
         let mut watched = lock(&self.watched);
         let index = slot as usize;
         if watched.len() <= index {
@@ -93,10 +92,10 @@ impl Watchdogs {
         }
     }
 
-    /// Stops watching `slot` if `actor` is still the one watched there.
-    pub(crate) fn unwatch(&self, slot: u32, actor: &ActorRef<SlotMsg>) {
+    /// Stops watching `slot` if incarnation `generation` is still the one watched there.
+    pub(crate) fn unwatch(&self, slot: u32, generation: u32) {
         if let Some(entry) = lock(&self.watched).get_mut(slot as usize) {
-            if entry.as_ref().is_some_and(|w| w.actor.get_id() == actor.get_id()) {
+            if entry.as_ref().is_some_and(|w| w.generation == generation) {
                 *entry = None;
             }
         }
@@ -112,7 +111,8 @@ impl Watchdogs {
         Duration::from_nanos(self.tick_ns.load(Ordering::Relaxed))
     }
 
-    /// One look at every watched slot; a verdict goes to the slot actor, which stops being watched.
+    /// One look at every watched slot; a verdict goes to the child's supervisor, and the slot stops being
+    /// watched.
     fn check_all(&self, device: &Device) {
         let device_stalled = device.heartbeat_age() >= UNRESPONSIVE_AFTER.min(self.tick() * 2);
         let device_down = device_stalled || device.health() == DeviceHealth::Lost;
@@ -128,15 +128,15 @@ impl Watchdogs {
                 continue;
             }
             if let Some(reason) = w.check(device, slot as u32, now, read_state) {
-                verdicts.push((slot as u32, entry.take().map(|w| w.actor), reason));
+                verdicts.push((slot as u32, entry.take(), reason));
             }
         }
         drop(watched);
-        for (slot, actor, reason) in verdicts {
+        for (slot, watched, reason) in verdicts {
             metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
             tracing::warn!(slot, %reason, "GPU actor watchdog");
-            if let Some(actor) = actor {
-                let _ = actor.send_message(SlotMsg::Hung(reason));
+            if let Some(w) = watched {
+                (w.sink)(SlotNotice { slot, generation: w.generation, what: Notice::Hung(reason) });
             }
         }
     }

@@ -5,15 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::ActorCell;
-
 use super::SupervisorState;
 use crate::error::SupervisorError;
 use crate::gpu::claim::{release_slot, retire_slot, take_slot, PreparedStart};
+use crate::gpu::incarnation;
 use crate::handle::{ChildRef, ChildShared};
 use crate::registry::RegistryError;
 use crate::spec::{ChildSpec, ChildStart};
-use crate::status::{ChildStatus, Run, RunState};
+use crate::status::{ChildStatus, Incarnation, Run, RunState};
 
 /// One child: its spec, its current incarnation, and the state its handles share.
 pub(super) struct Child {
@@ -34,8 +33,14 @@ pub(super) struct Child {
 }
 
 impl Child {
-    pub(super) fn running(&self) -> Option<&ActorCell> {
-        self.run.cell()
+    pub(super) fn running(&self) -> Option<&Incarnation> {
+        self.run.incarnation()
+    }
+
+    /// Whether the running incarnation is the GPU one with `generation` in `slot`.
+    pub(super) fn runs_gpu_incarnation(&self, slot: u32, generation: u32) -> bool {
+        matches!(self.run, Run::Running(Incarnation::Gpu(g)) if g == generation)
+            && self.shared.gpu_actor.as_ref().is_some_and(|gpu| gpu.slot() == slot)
     }
 
     pub(super) fn handle(&self) -> ChildRef {
@@ -47,20 +52,25 @@ impl Child {
     /// parked messages for the next incarnation, `Stopped` and `Gone` make them dead letters).
     pub(super) fn set_run(&mut self, run: Run, status: ChildStatus) {
         match &run {
-            Run::Running(cell) => {
+            Run::Running(incarnation) => {
                 debug_assert_eq!(status, ChildStatus::Running);
-                self.shared.set_running(cell.clone());
+                self.shared.set_running(incarnation);
             }
             Run::Restarting | Run::Undefined => self.shared.set_down(status),
         }
         self.run = run;
     }
 
-    /// Takes the running incarnation's actor out of the record (it is being stopped, or has exited); what
-    /// the handles see is set by the decision that follows.
-    pub(super) fn take_running(&mut self) -> Option<ActorCell> {
+    /// Takes the running incarnation out of the record (it is being stopped, or has exited): the supervisor
+    /// stops listening to a GPU one. What the handles see is set by the decision that follows.
+    pub(super) fn take_running(&mut self) -> Option<Incarnation> {
         match std::mem::replace(&mut self.run, Run::Undefined) {
-            Run::Running(cell) => Some(cell),
+            Run::Running(incarnation) => {
+                if let (Incarnation::Gpu(generation), Some(gpu)) = (&incarnation, &self.shared.gpu_actor) {
+                    incarnation::forget(gpu, *generation);
+                }
+                Some(incarnation)
+            }
             _ => None,
         }
     }

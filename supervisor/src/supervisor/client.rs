@@ -7,6 +7,7 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 use super::{Supervisor, SupervisorArgs};
 use crate::child::spawn_error;
 use crate::error::SupervisorError;
+use crate::gpu::SlotNotice;
 use crate::handle::ChildRef;
 use crate::policy::ChildType;
 use crate::reason::stop_reason;
@@ -34,6 +35,8 @@ pub(super) enum Msg {
         after_backoff: bool,
     },
     Sync(RpcReplyPort<()>),
+    /// About a GPU child's incarnation (its end, mostly), from the device's event path or the watchdog.
+    Slot(SlotNotice),
 }
 
 /// One entry of `which_children`.

@@ -7,8 +7,8 @@
 //! - the grants outstanding never exceed the restarts the intensity window still allows.
 //!
 //! Every restart block 0 carries out is accounted as OTP accounts any: the failure reaches the supervisor as
-//! the child's exit, the restart is counted in the intensity window, reported, and the next incarnation's slot
-//! actor takes over the restarted device actor instead of asking for one (`slot_actor.rs`). A grant is
+//! the child's exit, the restart is counted in the intensity window, reported, and the next incarnation's
+//! start takes over the restarted device actor instead of asking for one (`gpu/incarnation.rs`). A grant is
 //! withdrawn before the child is stopped, and whenever the budget shrinks below the grants held; one the
 //! device used before it saw the withdrawal only ever restarts a child the budget allowed when it was given.
 //! Budget that frees up as the window slides is handed out at the supervisor's next message.

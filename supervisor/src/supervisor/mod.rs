@@ -17,6 +17,8 @@ mod state_machine;
 
 pub use client::{ChildCount, ChildInfo, SupervisorMsg, SupervisorRef};
 
+use std::sync::Arc;
+
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use children::Child;
@@ -24,6 +26,7 @@ use client::Msg;
 
 use crate::error::SupervisorError;
 use crate::gpu::claim::stop_orphaned_slot;
+use crate::gpu::{incarnation, NoticeSink};
 use crate::intensity::Intensity;
 use crate::policy::{AutoShutdown, Strategy};
 use crate::reason::ExitReason;
@@ -68,6 +71,8 @@ pub struct SupervisorState {
     next_dynamic: u64,
     exit_reason: ExitReason,
     stopping: bool,
+    /// Where the notices of this supervisor's GPU children go: its own mailbox.
+    notices: NoticeSink,
 }
 
 /// What a restart decided.
@@ -83,8 +88,8 @@ enum Outcome {
 /// a normal stop the child list is already empty.)
 impl Drop for SupervisorState {
     fn drop(&mut self) {
-        for child in std::mem::take(&mut self.children) {
-            if let Run::Running(cell) = &child.run {
+        for mut child in std::mem::take(&mut self.children) {
+            if let Some(cell) = child.take_running().as_ref().and_then(|i| i.actor()) {
                 cell.kill();
             }
             if let Some(gpu) = &child.shared.gpu_actor {
@@ -110,6 +115,10 @@ impl Actor for Supervisor {
         let SupervisorArgs { id, spec, services, root } = args;
         services.events().emit(TreeEvent::SupervisorStarted { supervisor: id.clone() });
         tracing::info!(supervisor = %id, strategy = spec.strategy.label(), "supervisor starting");
+        let mailbox = myself.clone();
+        let notices: NoticeSink = Arc::new(move |notice| {
+            let _ = mailbox.send_message(SupervisorMsg(Msg::Slot(notice)));
+        });
         let mut state = SupervisorState {
             id,
             strategy: spec.strategy,
@@ -122,6 +131,7 @@ impl Actor for Supervisor {
             next_dynamic: 0,
             exit_reason: ExitReason::Shutdown,
             stopping: false,
+            notices,
         };
         if spec.strategy == Strategy::SimpleOneForOne {
             state.template = spec.children.into_iter().next();
@@ -186,6 +196,15 @@ impl Actor for Supervisor {
             Msg::Sync(reply) => {
                 let _ = reply.send(());
             }
+            Msg::Slot(notice) => {
+                // A notice about an incarnation already replaced or stopped by us is stale: ignore it.
+                let found = state.children.iter().position(|c| c.runs_gpu_incarnation(notice.slot, notice.generation));
+                if let Some(idx) = found {
+                    if let Some(reason) = incarnation::exit_reason(&state.children[idx].shared, notice) {
+                        state.restart_child(&myself, idx, reason).await;
+                    }
+                }
+            }
         }
         state.refresh_grants();
         Ok(())
@@ -205,7 +224,8 @@ impl Actor for Supervisor {
         // Only exits matter (ractor also reports every child's start: a tree of 100,000 gets 100,000 of those).
         let Some((actor_id, reason)) = ExitReason::from_event(&event) else { return Ok(()) };
         // An exit of an incarnation already replaced or terminated by us is stale: ignore it.
-        if let Some(idx) = state.children.iter().position(|c| c.running().is_some_and(|a| a.get_id() == actor_id)) {
+        let runs = |c: &Child| c.running().and_then(|i| i.actor()).is_some_and(|a| a.get_id() == actor_id);
+        if let Some(idx) = state.children.iter().position(runs) {
             state.restart_child(&myself, idx, reason).await;
         }
         state.refresh_grants();

@@ -14,10 +14,11 @@ use super::client::{Msg, SupervisorMsg};
 use super::{Outcome, Supervisor, SupervisorArgs, SupervisorState};
 use crate::child::{spawn_error, StartContext};
 use crate::gpu::claim::{cancel_prepared, prepare_incarnation, retire_slot, start_incarnation, stop_orphaned_slot};
+use crate::gpu::incarnation::{self as gpu_incarnation, begin_stop, finish_stop};
 use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::reason::{stop_reason, ExitReason};
 use crate::spec::{ChildSpec, ChildStart};
-use crate::status::{ChildStatus, Run};
+use crate::status::{ChildStatus, Incarnation, Run};
 use crate::tree_events::TreeEvent;
 
 impl SupervisorState {
@@ -33,32 +34,33 @@ impl SupervisorState {
         child.attempts += 1;
         let attempt = child.attempts;
         let id = child.spec.id.clone();
-        let started: Result<ActorCell, String> = match &child.spec.start {
+        let started: Result<Incarnation, String> = match &child.spec.start {
             ChildStart::Gpu(g) => {
                 let (init, prepared) = match child.prepared.take() {
                     Some(p) => (p.init, Some(p.pending)),
                     None => (g.init_for(attempt, &child.args), None),
                 };
-                start_incarnation(&child.shared, &services, g, init, prepared, sup_cell).await
+                let started = start_incarnation(&child.shared, &services, g, init, prepared, &self.notices).await;
+                started.map(Incarnation::Gpu)
             }
             ChildStart::Supervisor(spec) => {
                 let args = SupervisorArgs::nested(id.clone(), (**spec).clone(), services.clone());
                 Supervisor::spawn_linked(None, Supervisor, args, sup_cell)
                     .await
-                    .map(|(r, _)| r.get_cell())
+                    .map(|(r, _)| Incarnation::Actor(r.get_cell()))
                     .map_err(spawn_error)
             }
             ChildStart::Actor(factory) => {
                 let ctx =
                     StartContext { supervisor: sup_cell, id: id.clone(), attempt, args: child.args.clone(), services };
-                factory.start(ctx).await
+                factory.start(ctx).await.map(Incarnation::Actor)
             }
         };
         let child_type = child.spec.child_type();
         child.granted = false; // a new incarnation has no grant yet (see `refresh_grants`)
         match started {
-            Ok(cell) => {
-                child.set_run(Run::Running(cell), ChildStatus::Running);
+            Ok(incarnation) => {
+                child.set_run(Run::Running(incarnation), ChildStatus::Running);
                 child.started_at = Some(Instant::now());
                 if let Some(name) = child.spec.name.clone() {
                     let handle = child.handle();
@@ -128,8 +130,8 @@ impl SupervisorState {
     /// and its id returned (the caller queues a retry).
     ///
     /// Pipelined: before the first of a run of consecutive GPU children starts, the device commands of the
-    /// whole run are submitted in start order (one batch for the device); then each child's slot actor
-    /// starts in order and takes over its command. Starts are reported in OTP's order, and a failed start
+    /// whole run are submitted in start order (one batch for the device); then each child's start, in
+    /// order, waits for its own command. Starts are reported in OTP's order, and a failed start
     /// still ends the sequence: the later children's commands are taken back (what they brought up is
     /// killed) and they do not start.
     pub(super) async fn start_children(&mut self, myself: &ActorRef<SupervisorMsg>, from: usize) -> Result<(), String> {
@@ -183,21 +185,45 @@ impl SupervisorState {
     /// by its shutdown spec, without waiting. `None` if it was not running.
     fn begin_terminate(&mut self, idx: usize) -> Option<Stopping> {
         let child = &mut self.children[idx];
-        let cell = child.take_running()?;
+        let incarnation = child.take_running()?;
         child.revoke_grant();
         let shutdown = child.spec.shutdown;
-        begin_shutdown(&cell, shutdown);
-        // A brutal kill of a GPU child is a device kill: the slot is not drained.
-        if let (Shutdown::BrutalKill, Some(gpu)) = (shutdown, &child.shared.gpu_actor) {
-            stop_orphaned_slot(gpu);
-        }
-        Some(Stopping { idx, cell, shutdown, issued: Instant::now() })
+        let how = match (incarnation, &child.shared.gpu_actor) {
+            (Incarnation::Gpu(generation), Some(gpu)) => {
+                // A brutal kill of a GPU child is a device kill: the slot is not drained.
+                let kill = shutdown == Shutdown::BrutalKill;
+                if kill {
+                    stop_orphaned_slot(gpu);
+                }
+                StopHow::Gpu(begin_stop(gpu, generation, kill))
+            }
+            (Incarnation::Gpu(_), None) => return None,
+            (Incarnation::Actor(cell), _) => {
+                begin_shutdown(&cell, shutdown);
+                StopHow::Actor(cell)
+            }
+        };
+        Some(Stopping { idx, how, shutdown, issued: Instant::now() })
     }
 
     /// The second half of [`Self::do_terminate`]: waits for the stop (killing past the shutdown timeout) and
     /// reports the exit.
     async fn finish_terminate(&mut self, stopping: Stopping) {
-        let reason = finish_shutdown(&stopping.cell, stopping.shutdown, stopping.issued).await;
+        let reason = match stopping.how {
+            StopHow::Actor(cell) => finish_shutdown(&cell, stopping.shutdown, stopping.issued).await,
+            StopHow::Gpu(gpu_stop) => {
+                let shared = self.children[stopping.idx].shared.clone();
+                let deadline = match stopping.shutdown {
+                    Shutdown::Timeout(limit) => Some(stopping.issued + limit),
+                    Shutdown::BrutalKill => Some(stopping.issued),
+                    Shutdown::Infinity => None,
+                };
+                match &shared.gpu_actor {
+                    Some(gpu) => finish_stop(gpu, gpu_stop, deadline).await,
+                    None => ExitReason::Killed,
+                }
+            }
+        };
         let child = &self.children[stopping.idx];
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
         if let Some(gpu) = &child.shared.gpu_actor {
@@ -426,9 +452,17 @@ impl SupervisorState {
 /// A child asked to stop whose exit is still to be waited for and reported.
 struct Stopping {
     idx: usize,
-    cell: ActorCell,
+    how: StopHow,
     shutdown: Shutdown,
     issued: Instant,
+}
+
+/// How a stopping child's end is waited for.
+enum StopHow {
+    /// A ractor actor (host actor, supervisor): until it has stopped.
+    Actor(ActorCell),
+    /// A GPU child: until its slot has drained (or it was killed).
+    Gpu(gpu_incarnation::Stopping),
 }
 
 /// Asks `cell` to stop by `shutdown`: OTP's shutdown specs mapped onto ractor's stop (runs `post_stop`) and
