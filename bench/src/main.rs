@@ -20,7 +20,7 @@ static ALLOCATOR: heap::Counting = heap::Counting;
 use std::path::PathBuf;
 
 use scenarios::*;
-use stats::{cdf_svg, markdown, Row};
+use stats::{cdf_svg, markdown, scaling_svg, Row, Series};
 
 fn main() {
     let mut quick = false;
@@ -53,7 +53,7 @@ fn main() {
             restart_samples: 1_000,
             group_samples: 5,
             scale_slots: 20_000,
-            tree_sizes: [2_000, 20_000],
+            tree_sizes: vec![2_000, 20_000],
         }
     } else {
         Scale {
@@ -63,7 +63,7 @@ fn main() {
             restart_samples: 2_000,
             group_samples: 30,
             scale_slots: 100_000,
-            tree_sizes: [10_000, 100_000],
+            tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
     if only_wgpu {
@@ -71,7 +71,7 @@ fn main() {
         return;
     }
     if only_large {
-        println!("{}", markdown(&large_message_rows(scale)));
+        println!("{}", markdown(&large_message_rows(&scale)));
         return;
     }
     if only_registry {
@@ -91,7 +91,8 @@ fn main() {
     println!("{table}");
     std::fs::create_dir_all(&out).unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", out.display())));
     let json = serde_json::to_string_pretty(&rows.0).expect("rows serialise");
-    for (name, text) in [("results.md", table), ("results.json", json), ("round_trip.svg", rows.1)] {
+    let plots = [("round_trip.svg", rows.1), ("tree_start.svg", rows.2)];
+    for (name, text) in [("results.md", table), ("results.json", json)].into_iter().chain(plots) {
         let path = out.join(name);
         std::fs::write(&path, text).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", path.display())));
         eprintln!("wrote {}", path.display());
@@ -154,7 +155,7 @@ fn registry_rows(samples: usize) -> Vec<Row> {
 }
 
 /// Rows for 4 KiB messages (large messages through the bulk areas).
-fn large_message_rows(s: Scale) -> Vec<Row> {
+fn large_message_rows(s: &Scale) -> Vec<Row> {
     eprintln!("large messages ...");
     let (device, ractor, small) = large_round_trip(4096, s.latency_samples);
     let (ours, chan) = large_one_way(4096, s.throughput_messages / 10, s.throughput_runs);
@@ -165,7 +166,7 @@ fn large_message_rows(s: Scale) -> Vec<Row> {
     ]
 }
 
-fn run(s: Scale) -> (Vec<Row>, String) {
+fn run(s: Scale) -> (Vec<Row>, String, String) {
     let mut rows = Vec::new();
     eprintln!("round trip ...");
     let mut rt = round_trip(s.latency_samples).into_iter();
@@ -226,7 +227,7 @@ fn run(s: Scale) -> (Vec<Row>, String) {
         }
     }
 
-    rows.extend(large_message_rows(s));
+    rows.extend(large_message_rows(&s));
 
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, false, s.restart_samples);
@@ -266,9 +267,11 @@ fn run(s: Scale) -> (Vec<Row>, String) {
     rows.push(Row::new(&format!("create {} slots", s.scale_slots), time, rtime, "<= 1 s", |v, _, _| v.median <= 1e9));
     rows.push(Row::new("memory per slot beyond rings", mem, rmem, "<= 1 KiB", |v, _, _| v.median <= 1024.0));
 
-    let [small, large] = s.tree_sizes;
-    let small_rows = tree_rows(small, s.latency_samples);
-    let large_rows = tree_rows(large, s.latency_samples);
+    // Every size's rows; the growth rows compare the two largest (a factor of 10 apart).
+    let per_size: Vec<(u32, Vec<Row>)> = s.tree_sizes.iter().map(|&n| (n, tree_rows(n, s.latency_samples))).collect();
+    let start_plot = tree_start_svg(&per_size);
+    let [(small, small_rows), (large, large_rows)] = &per_size[per_size.len() - 2..] else { unreachable!() };
+    let (small, large) = (*small, *large);
     let start_and_stop = |rows: &[Row]| (rows[0].ringvisor.clone(), rows[1].ringvisor.clone());
     let limit = large as f64 / small as f64 * 1.2;
     let linear = format!("<= {limit}x");
@@ -281,15 +284,31 @@ fn run(s: Scale) -> (Vec<Row>, String) {
             move |_, _, r| r <= limit,
         )
     };
-    let (big_start, big_stop) = start_and_stop(&large_rows);
-    let (little_start, little_stop) = start_and_stop(&small_rows);
-    rows.extend(small_rows);
-    rows.extend(large_rows);
+    let (big_start, big_stop) = start_and_stop(large_rows);
+    let (little_start, little_stop) = start_and_stop(small_rows);
+    rows.extend(per_size.into_iter().flat_map(|(_, rows)| rows));
     rows.push(growth(big_start, little_start, "start"));
     rows.push(growth(big_stop, little_stop, "stop"));
 
     eprintln!("registry ...");
     rows.extend(registry_rows(s.latency_samples));
     rows.extend(backends::wgpu_rows(s.latency_samples, s.throughput_messages, 3));
-    (rows, svg)
+    (rows, svg, start_plot)
+}
+
+/// The plot of a supervised tree's start time against its size, with ractor's spawn of as many actors
+/// (`per_size`: each size's [`tree_rows`], whose first row is the start).
+fn tree_start_svg(per_size: &[(u32, Vec<Row>)]) -> String {
+    let line = |name: &str, pick: fn(&Row) -> f64| Series {
+        name: name.to_string(),
+        points: per_size.iter().map(|(n, rows)| (f64::from(*n), pick(&rows[0]))).collect(),
+    };
+    scaling_svg(
+        "Start of a supervised tree of N GPU children (median), CPU backend",
+        "children",
+        &[
+            line("ringvisor: Runtime::start", |r| r.ringvisor.median),
+            line("ractor: spawn N linked actors", |r| r.baseline.median),
+        ],
+    )
 }

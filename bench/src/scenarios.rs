@@ -15,7 +15,7 @@ use tokio::runtime::Runtime as Tokio;
 use crate::stats::{Summary, Unit};
 
 /// How much to measure.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Scale {
     pub latency_samples: usize,
     pub throughput_messages: u64,
@@ -23,8 +23,8 @@ pub struct Scale {
     pub restart_samples: usize,
     pub group_samples: usize,
     pub scale_slots: u32,
-    /// The two sizes of the supervised-tree rows (their ratio is the linearity check).
-    pub tree_sizes: [u32; 2],
+    /// Supervised tree sizes, increasing (at least two; the growth rows compare the last two).
+    pub tree_sizes: Vec<u32>,
 }
 
 const T: Duration = Duration::from_secs(10);

@@ -201,3 +201,88 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
     svg.push_str("</svg>\n");
     svg
 }
+
+/// One line of [`scaling_svg`]: a name and its (size, median nanoseconds) points.
+pub struct Series {
+    /// What the line shows.
+    pub name: String,
+    /// (size, nanoseconds), in increasing size.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// An SVG of time against size, both on log scales (a straight line of slope 1 is linear growth).
+pub fn scaling_svg(title: &str, x_label: &str, series: &[Series]) -> String {
+    const W: f64 = 760.0;
+    const H: f64 = 420.0;
+    const L: f64 = 80.0;
+    const R: f64 = 260.0;
+    const T: f64 = 40.0;
+    const B: f64 = 50.0;
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let decades = |v: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = v.fold((f64::INFINITY, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let lo = lo.max(1.0).log10().floor();
+        (lo, hi.log10().ceil().max(lo + 1.0))
+    };
+    let (x_lo, x_hi) = decades(&mut all().map(|p| p.0));
+    let (y_lo, y_hi) = decades(&mut all().map(|p| p.1));
+    let x = |v: f64| L + (v.max(1.0).log10() - x_lo) / (x_hi - x_lo) * (W - L - R);
+    let y = |v: f64| H - B - (v.max(1.0).log10() - y_lo) / (y_hi - y_lo) * (H - T - B);
+    let colours = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{L}\" y=\"22\" font-size=\"14\">{title}</text>\n"
+    );
+    for d in (x_lo as i32)..=(x_hi as i32) {
+        let px = x(10f64.powi(d));
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{px:.1}\" y1=\"{T}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            H - B,
+            H - B + 16.0,
+            10f64.powi(d)
+        );
+    }
+    for d in (y_lo as i32)..=(y_hi as i32) {
+        let py = y(10f64.powi(d));
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{L}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            W - R,
+            L - 6.0,
+            py + 4.0,
+            fmt(10f64.powi(d), Unit::Nanos)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x_label} (log scale)</text>",
+        (L + W - R) / 2.0,
+        H - 12.0
+    );
+    for (i, s) in series.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        let points: Vec<String> = s.points.iter().map(|&(n, t)| format!("{:.1},{:.1}", x(n), y(t))).collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+            points.join(" ")
+        );
+        for &(n, t) in &s.points {
+            let _ = writeln!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>", x(n), y(t));
+        }
+        let ly = T + 10.0 + i as f64 * 18.0;
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            W - R + 10.0,
+            W - R + 30.0,
+            W - R + 36.0,
+            ly + 4.0,
+            s.name
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}

@@ -98,8 +98,12 @@ async fn bring_up(
     deadline: Instant,
     ack_wait: Duration,
 ) -> Result<Option<u32>, String> {
-    let heartbeat = device.snapshot(slot).map_err(|e| e.to_string())?.heartbeat;
     let ack_deadline = (Instant::now() + ack_wait).min(deadline);
+    // The heartbeat before the start: a running actor that does not move it while its kill waits is wedged.
+    let heartbeat = match prepared {
+        Some(_) => 0, // submitted for a slot that was not running: nothing to acknowledge
+        None => device.snapshot(slot).map_err(|e| e.to_string())?.heartbeat,
+    };
     let (pending, running) = if let Some(pending) = prepared {
         (pending, false)
     } else {
