@@ -136,12 +136,7 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
     let hi = series.iter().map(|s| *s.sorted.last().unwrap()).fold(1.0, f64::max).log10().ceil().max(lo + 1.0);
     let x = |ns: f64| L + (ns.max(1.0).log10() - lo) / (hi - lo) * (W - L - R);
     let y = |q: f64| T + (1.0 - q) * (H - T - B);
-    let colours = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"];
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"22\" font-size=\"14\">{title}</text>\n"
-    );
+    let mut svg = svg_open(W, H, L, title);
     for d in (lo as i32)..=(hi as i32) {
         let px = x(10f64.powi(d));
         let _ = writeln!(
@@ -174,7 +169,6 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
         H - 12.0
     );
     for (i, s) in series.iter().enumerate() {
-        let colour = colours[i % colours.len()];
         let n = s.sorted.len();
         let step = (n / 400).max(1);
         let points: Vec<String> = (0..n)
@@ -182,21 +176,7 @@ pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
             .chain(std::iter::once(n - 1))
             .map(|k| format!("{:.1},{:.1}", x(s.sorted[k]), y((k + 1) as f64 / n as f64)))
             .collect();
-        let _ = writeln!(
-            svg,
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
-            points.join(" ")
-        );
-        let ly = T + 10.0 + i as f64 * 18.0;
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            W - R + 10.0,
-            W - R + 30.0,
-            W - R + 36.0,
-            ly + 4.0,
-            s.name
-        );
+        svg_line(&mut svg, i, &s.name, &points, W - R, T);
     }
     svg.push_str("</svg>\n");
     svg
@@ -228,12 +208,7 @@ pub fn scaling_svg(title: &str, x_label: &str, series: &[Series]) -> String {
     let (y_lo, y_hi) = decades(&mut all().map(|p| p.1));
     let x = |v: f64| L + (v.max(1.0).log10() - x_lo) / (x_hi - x_lo) * (W - L - R);
     let y = |v: f64| H - B - (v.max(1.0).log10() - y_lo) / (y_hi - y_lo) * (H - T - B);
-    let colours = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e"];
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{L}\" y=\"22\" font-size=\"14\">{title}</text>\n"
-    );
+    let mut svg = svg_open(W, H, L, title);
     for d in (x_lo as i32)..=(x_hi as i32) {
         let px = x(10f64.powi(d));
         let _ = writeln!(
@@ -262,27 +237,39 @@ pub fn scaling_svg(title: &str, x_label: &str, series: &[Series]) -> String {
         H - 12.0
     );
     for (i, s) in series.iter().enumerate() {
-        let colour = colours[i % colours.len()];
         let points: Vec<String> = s.points.iter().map(|&(n, t)| format!("{:.1},{:.1}", x(n), y(t))).collect();
-        let _ = writeln!(
-            svg,
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
-            points.join(" ")
-        );
-        for &(n, t) in &s.points {
-            let _ = writeln!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{colour}\"/>", x(n), y(t));
-        }
-        let ly = T + 10.0 + i as f64 * 18.0;
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            W - R + 10.0,
-            W - R + 30.0,
-            W - R + 36.0,
-            ly + 4.0,
-            s.name
-        );
+        svg_line(&mut svg, i, &s.name, &points, W - R, T);
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The opening of a plot of `width` x `height` with `title` at `left`.
+fn svg_open(width: f64, height: f64, left: f64, title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"22\" font-size=\"14\">{title}</text>\n"
+    )
+}
+
+/// A polyline through `points` (already in pixels) and its legend entry, number `index`, at `legend_x`
+/// (below `top`).
+fn svg_line(svg: &mut String, index: usize, name: &str, points: &[String], legend_x: f64, top: f64) {
+    const COLOURS: [&str; 6] = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"];
+    let colour = COLOURS[index % COLOURS.len()];
+    let _ = writeln!(
+        svg,
+        "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+        points.join(" ")
+    );
+    let ly = top + 10.0 + index as f64 * 18.0;
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{name}</text>",
+        legend_x + 10.0,
+        legend_x + 30.0,
+        legend_x + 36.0,
+        ly + 4.0,
+    );
 }
