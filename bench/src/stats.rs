@@ -126,57 +126,33 @@ pub fn markdown(rows: &[Row]) -> String {
 
 /// An SVG with the cumulative distribution of each latency summary (log-scale time axis).
 pub fn cdf_svg(title: &str, series: &[&Summary]) -> String {
-    const W: f64 = 980.0;
-    const H: f64 = 420.0;
-    const L: f64 = 70.0;
-    const R: f64 = 300.0;
-    const T: f64 = 40.0;
-    const B: f64 = 50.0;
+    let f = Frame { w: 980.0, h: 420.0, l: 70.0, r: 300.0, t: 40.0, b: 50.0 };
     let lo = series.iter().map(|s| s.sorted[0]).fold(f64::INFINITY, f64::min).max(1.0).log10().floor();
     let hi = series.iter().map(|s| *s.sorted.last().unwrap()).fold(1.0, f64::max).log10().ceil().max(lo + 1.0);
-    let x = |ns: f64| L + (ns.max(1.0).log10() - lo) / (hi - lo) * (W - L - R);
-    let y = |q: f64| T + (1.0 - q) * (H - T - B);
-    let mut svg = svg_open(W, H, L, title);
+    let x = |ns: f64| f.l + (ns.max(1.0).log10() - lo) / (hi - lo) * (f.w - f.l - f.r);
+    let y = |q: f64| f.t + (1.0 - q) * (f.h - f.t - f.b);
+    let mut svg = f.open(title);
     for d in (lo as i32)..=(hi as i32) {
-        let px = x(10f64.powi(d));
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{px:.1}\" y1=\"{T}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            H - B,
-            H - B + 16.0,
-            fmt(10f64.powi(d), Unit::Nanos)
-        );
+        f.v_grid(&mut svg, x(10f64.powi(d)), &fmt(10f64.powi(d), Unit::Nanos));
     }
     for q in [0.0, 0.5, 0.9, 0.99] {
-        let py = y(q);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{L}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - R,
-            L - 6.0,
-            py + 4.0,
-            match q {
-                0.99 => "p99".to_string(),
-                0.9 => "p90".to_string(),
-                _ => format!("{q}"),
-            }
-        );
+        let label = match q {
+            0.99 => "p99".to_string(),
+            0.9 => "p90".to_string(),
+            _ => format!("{q}"),
+        };
+        f.h_grid(&mut svg, y(q), &label);
     }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">round-trip time (log scale)</text>",
-        (L + W - R) / 2.0,
-        H - 12.0
-    );
+    f.x_label(&mut svg, "round-trip time (log scale)");
     for (i, s) in series.iter().enumerate() {
         let n = s.sorted.len();
         let step = (n / 400).max(1);
-        let points: Vec<String> = (0..n)
+        let points: Vec<(f64, f64)> = (0..n)
             .step_by(step)
             .chain(std::iter::once(n - 1))
-            .map(|k| format!("{:.1},{:.1}", x(s.sorted[k]), y((k + 1) as f64 / n as f64)))
+            .map(|k| (x(s.sorted[k]), y((k + 1) as f64 / n as f64)))
             .collect();
-        svg_line(&mut svg, i, &s.name, &points, W - R, T);
+        f.line(&mut svg, i, &s.name, &points, false);
     }
     svg.push_str("</svg>\n");
     svg
@@ -192,12 +168,7 @@ pub struct Series {
 
 /// An SVG of time against size, both on log scales (a straight line of slope 1 is linear growth).
 pub fn scaling_svg(title: &str, x_label: &str, series: &[Series]) -> String {
-    const W: f64 = 760.0;
-    const H: f64 = 420.0;
-    const L: f64 = 80.0;
-    const R: f64 = 260.0;
-    const T: f64 = 40.0;
-    const B: f64 = 50.0;
+    let f = Frame { w: 760.0, h: 420.0, l: 80.0, r: 260.0, t: 40.0, b: 50.0 };
     let all = || series.iter().flat_map(|s| s.points.iter());
     let decades = |v: &mut dyn Iterator<Item = f64>| {
         let (lo, hi) = v.fold((f64::INFINITY, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
@@ -206,70 +177,103 @@ pub fn scaling_svg(title: &str, x_label: &str, series: &[Series]) -> String {
     };
     let (x_lo, x_hi) = decades(&mut all().map(|p| p.0));
     let (y_lo, y_hi) = decades(&mut all().map(|p| p.1));
-    let x = |v: f64| L + (v.max(1.0).log10() - x_lo) / (x_hi - x_lo) * (W - L - R);
-    let y = |v: f64| H - B - (v.max(1.0).log10() - y_lo) / (y_hi - y_lo) * (H - T - B);
-    let mut svg = svg_open(W, H, L, title);
+    let x = |v: f64| f.l + (v.max(1.0).log10() - x_lo) / (x_hi - x_lo) * (f.w - f.l - f.r);
+    let y = |v: f64| f.h - f.b - (v.max(1.0).log10() - y_lo) / (y_hi - y_lo) * (f.h - f.t - f.b);
+    let mut svg = f.open(title);
     for d in (x_lo as i32)..=(x_hi as i32) {
-        let px = x(10f64.powi(d));
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{px:.1}\" y1=\"{T}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            H - B,
-            H - B + 16.0,
-            10f64.powi(d)
-        );
+        f.v_grid(&mut svg, x(10f64.powi(d)), &10f64.powi(d).to_string());
     }
     for d in (y_lo as i32)..=(y_hi as i32) {
-        let py = y(10f64.powi(d));
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{L}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - R,
-            L - 6.0,
-            py + 4.0,
-            fmt(10f64.powi(d), Unit::Nanos)
-        );
+        f.h_grid(&mut svg, y(10f64.powi(d)), &fmt(10f64.powi(d), Unit::Nanos));
     }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x_label} (log scale)</text>",
-        (L + W - R) / 2.0,
-        H - 12.0
-    );
+    f.x_label(&mut svg, &format!("{x_label} (log scale)"));
     for (i, s) in series.iter().enumerate() {
-        let points: Vec<String> = s.points.iter().map(|&(n, t)| format!("{:.1},{:.1}", x(n), y(t))).collect();
-        svg_line(&mut svg, i, &s.name, &points, W - R, T);
+        let points: Vec<(f64, f64)> = s.points.iter().map(|&(n, t)| (x(n), y(t))).collect();
+        f.line(&mut svg, i, &s.name, &points, true);
     }
     svg.push_str("</svg>\n");
     svg
 }
 
-/// The opening of a plot of `width` x `height` with `title` at `left`.
-fn svg_open(width: f64, height: f64, left: f64, title: &str) -> String {
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"22\" font-size=\"14\">{title}</text>\n"
-    )
+/// A plot's canvas: width and height, and the margins (left, right: the legend's room, top, bottom).
+struct Frame {
+    w: f64,
+    h: f64,
+    l: f64,
+    r: f64,
+    t: f64,
+    b: f64,
 }
 
-/// A polyline through `points` (already in pixels) and its legend entry, number `index`, at `legend_x`
-/// (below `top`).
-fn svg_line(svg: &mut String, index: usize, name: &str, points: &[String], legend_x: f64, top: f64) {
-    const COLOURS: [&str; 6] = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"];
-    let colour = COLOURS[index % COLOURS.len()];
-    let _ = writeln!(
-        svg,
-        "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
-        points.join(" ")
-    );
-    let ly = top + 10.0 + index as f64 * 18.0;
-    let _ = writeln!(
-        svg,
-        "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{name}</text>",
-        legend_x + 10.0,
-        legend_x + 30.0,
-        legend_x + 36.0,
-        ly + 4.0,
-    );
+impl Frame {
+    /// The opening of the plot, with its title.
+    fn open(&self, title: &str) -> String {
+        let (w, h, l) = (self.w, self.h, self.l);
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{l}\" y=\"22\" font-size=\"14\">{title}</text>\n"
+        )
+    }
+
+    /// A vertical grid line at `px`, labelled below the plot.
+    fn v_grid(&self, svg: &mut String, px: f64, label: &str) {
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{px:.1}\" y1=\"{}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
+            self.t,
+            self.h - self.b,
+            self.h - self.b + 16.0,
+        );
+    }
+
+    /// A horizontal grid line at `py`, labelled left of the plot.
+    fn h_grid(&self, svg: &mut String, py: f64, label: &str) {
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+            self.l,
+            self.w - self.r,
+            self.l - 6.0,
+            py + 4.0,
+        );
+    }
+
+    /// The x axis's caption, under its labels.
+    fn x_label(&self, svg: &mut String, text: &str) {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{text}</text>",
+            (self.l + self.w - self.r) / 2.0,
+            self.h - 12.0
+        );
+    }
+
+    /// Line number `index` through `points` (in pixels), with a dot at each point when `markers`, and its
+    /// legend entry right of the plot.
+    fn line(&self, svg: &mut String, index: usize, name: &str, points: &[(f64, f64)], markers: bool) {
+        const COLOURS: [&str; 6] = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"];
+        let colour = COLOURS[index % COLOURS.len()];
+        let path: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+            path.join(" ")
+        );
+        if markers {
+            for (x, y) in points {
+                let _ = writeln!(svg, "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"{colour}\"/>");
+            }
+        }
+        let legend_x = self.w - self.r;
+        let ly = self.t + 10.0 + index as f64 * 18.0;
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{name}</text>",
+            legend_x + 10.0,
+            legend_x + 30.0,
+            legend_x + 36.0,
+            ly + 4.0,
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use ringvisor_device::{
-    BehaviourId, Device, DeviceCode, DeviceError, PendingCommand, SlotEvent, SlotFault, SlotState, Stream,
+    BehaviourId, Device, DeviceCode, DeviceError, EventKind, PendingCommand, SlotEvent, SlotFault, SlotState, Stream,
 };
 
 use super::quarantine::{is_wedged, move_off_quarantined};
@@ -114,14 +114,7 @@ async fn bring_up(
     };
     let wait_until = if running { ack_deadline } else { deadline };
     match pending.wait(wait_until.saturating_duration_since(Instant::now())).await {
-        Ok(ev)
-            if matches!(
-                ev.event.kind,
-                ringvisor_device::EventKind::Created | ringvisor_device::EventKind::Restarted
-            ) =>
-        {
-            Ok(Some(ev.event.generation))
-        }
+        Ok(ev) if matches!(ev.event.kind, EventKind::Created | EventKind::Restarted) => Ok(Some(ev.event.generation)),
         Ok(ev) => Err(format!("device refused the start: {:?} ({:?})", ev.event.kind, ev.event.code)),
         Err(DeviceError::Timeout) if running && is_wedged(device, slot, heartbeat) => Ok(None),
         Err(e) => Err(e.to_string()),
