@@ -1,14 +1,16 @@
 //! The live view rendered into a ratatui test backend over a running tree.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use ringvisor::app::live;
-use ringvisor::app::monitor::{ChildKind, Monitor};
+use ringvisor::app::monitor::{ChildKind, Monitor, Snapshot};
 use ringvisor::device::SlotFault;
 use ringvisor::prelude::*;
-use ringvisor::supervisor::RunState;
+use ringvisor::supervisor::{RunState, StartContext};
+use tokio::sync::Notify;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -78,5 +80,108 @@ async fn the_live_view_shows_the_tree_restarts_dead_letters_and_events() {
     // The poison message is a dead letter; the events show the exit and the restart.
     assert!(text.contains("dead letters (1)") && text.contains("poison"), "{text}");
     assert!(text.contains("root: pump exited") && text.contains("root: pump started"), "{text}");
+
+    // A terminal too short for the tree: the rows that fit, and the title says so.
+    let mut short = Terminal::new(TestBackend::new(110, 20)).unwrap();
+    short.draw(|f| live::draw(f, &snap, "test view")).unwrap();
+    let text = screen(&short);
+    assert!(text.contains("supervision tree (6 children, the first 5 shown)"), "{text}");
+    assert!(row(&text, "v1").contains("running") && !text.lines().any(|l| l.contains(" v2 ")), "{text}");
+    rt.shutdown().await;
+}
+
+/// A host actor with nothing to do.
+struct Idle;
+impl ractor::Actor for Idle {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, _: ractor::ActorRef<()>, _: ()) -> Result<(), ractor::ActorProcessingErr> {
+        Ok(())
+    }
+}
+
+/// A host child whose start announces itself on `entered` and then waits for `gate`: while it starts, its
+/// supervisor handles nothing else.
+fn gated_child(id: &str, entered: Arc<Notify>, gate: Arc<Notify>) -> ChildSpec {
+    ChildSpec::actor(id, move |ctx: StartContext| {
+        let (entered, gate) = (entered.clone(), gate.clone());
+        async move {
+            entered.notify_one();
+            gate.notified().await;
+            ctx.spawn_linked(Idle, ()).await
+        }
+    })
+}
+
+fn ids(snap: &Snapshot) -> Vec<&str> {
+    snap.rows.iter().map(|r| r.id.as_str()).collect()
+}
+
+/// Samples until `done` holds for a snapshot (or fails after `T`).
+async fn sample_until(monitor: &mut Monitor, rt: &Runtime, what: &str, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = Instant::now() + T;
+    loop {
+        let snap = monitor.sample(rt).await;
+        if done(&snap) {
+            return snap;
+        }
+        assert!(Instant::now() < deadline, "{what}: {:?}", snap.rows);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_lists_each_supervisor_once_and_again_only_when_its_children_change() {
+    let rt = Runtime::start(DeviceConfig::default().slots(16), tree()).await.unwrap();
+    let mut monitor = Monitor::new(&rt);
+    let first = monitor.sample(&rt).await;
+    assert_eq!(ids(&first), ["device", "root", "pump", "valves", "v1", "v2"]);
+    assert_eq!(monitor.listings_asked(), 3, "the top supervisor, root and valves");
+
+    // A restart changes states, not membership: the handles tell it, no supervisor is asked.
+    let pump = rt.gpu("plant/pump").unwrap();
+    rt.device().inject(pump.slot(), SlotFault::CrashNextMessage).unwrap();
+    assert!(pump.call(&1i64.to_le_bytes(), T).await.is_err(), "the crash");
+    let pump_restarted =
+        |s: &Snapshot| s.rows.iter().any(|r| r.id == "pump" && r.restarts == 1 && r.state == RunState::Running);
+    sample_until(&mut monitor, &rt, "pump restarted", pump_restarted).await;
+    assert_eq!(monitor.listings_asked(), 3);
+
+    // While root is busy starting a child, a sample still answers (from the cache).
+    let (entered, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let root = rt.root();
+    let starting = tokio::spawn({
+        let (root, spec) = (root.clone(), gated_child("slow", entered.clone(), gate.clone()));
+        async move { root.start_child(spec).await }
+    });
+    entered.notified().await;
+    let during = tokio::time::timeout(T, monitor.sample(&rt)).await.expect("a sample while root is busy");
+    assert_eq!(ids(&during), ["device", "root", "pump", "valves", "v1", "v2"]);
+    gate.notify_one();
+    starting.await.unwrap().expect("the slow child starts");
+    // The start of a child root's listing does not hold: root is listed again.
+    let with_slow = sample_until(&mut monitor, &rt, "slow listed", |s| ids(s).contains(&"slow")).await;
+    assert_eq!(ids(&with_slow), ["device", "root", "pump", "valves", "v1", "v2", "slow"]);
+    assert_eq!(monitor.listings_asked(), 4);
+
+    // Terminated: still listed, undefined (its spec is kept). Deleted: gone from the next sample on.
+    root.terminate_child("slow").await.unwrap();
+    let stopped = monitor.sample(&rt).await;
+    assert_eq!(stopped.rows.iter().find(|r| r.id == "slow").map(|r| r.state), Some(RunState::Undefined));
+    root.delete_child("slow").await.unwrap();
+    assert_eq!(ids(&monitor.sample(&rt).await), ["device", "root", "pump", "valves", "v1", "v2"]);
+    assert_eq!(monitor.listings_asked(), 4, "a deleted child's handle says so; the re-listing comes next");
+    monitor.sample(&rt).await;
+    assert_eq!(monitor.listings_asked(), 5);
+
+    // A restarted nested supervisor is a new incarnation with new children: listed afresh.
+    root.terminate_child("valves").await.unwrap();
+    let down = monitor.sample(&rt).await;
+    assert_eq!(ids(&down), ["device", "root", "pump", "valves"], "valves is down, its children with it");
+    root.restart_child("valves").await.unwrap();
+    let back = sample_until(&mut monitor, &rt, "valves back", |s| ids(s).contains(&"v2")).await;
+    assert_eq!(ids(&back), ["device", "root", "pump", "valves", "v1", "v2"]);
+    assert_eq!(monitor.listings_asked(), 6);
     rt.shutdown().await;
 }

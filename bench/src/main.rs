@@ -135,6 +135,13 @@ fn tree_rows(n: u32, calls: usize) -> Vec<Row> {
             "<= 2x the call in a tree of 100",
             |_, _, r| r <= 2.0,
         ),
+        Row::new(
+            &scenario("monitor sample (live view, progress lines)"),
+            tree.sample,
+            tree.first_sample,
+            "no supervisor asked; <= 0.5x the first sample, which lists every child",
+            |_, _, r| r <= 0.5,
+        ),
     ]
 }
 

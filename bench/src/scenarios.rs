@@ -762,12 +762,19 @@ pub struct TreeCost {
     pub idle_cpu: Summary,
     /// `GpuActorRef::call` round trip to one child while the others sit idle.
     pub call: Summary,
+    /// A monitor's sample of the steady tree (its listings cached: no supervisor asked).
+    pub sample: Summary,
+    /// The monitor's first sample, which lists every child (`which_children` of each supervisor).
+    pub first_sample: Summary,
 }
 
 /// The device configuration of the scale rows: `DeviceConfig::compact` sized for `children`.
 fn compact_device(children: u32) -> DeviceConfig {
     DeviceConfig::compact().slots((children + 8).next_power_of_two())
 }
+
+/// Samples of the steady tree a monitor takes in [`supervised_tree`].
+const MONITOR_SAMPLES: usize = 10;
 
 /// One one_for_one supervisor with `children` `counter` GPU children (names `fleet/c<i>`): start, idle,
 /// `calls` calls to one child, stop.
@@ -796,6 +803,17 @@ pub fn supervised_tree(children: u32, calls: usize) -> TreeCost {
                 samples.push(elapsed_ns(t0));
             }
         }
+        let mut monitor = ringvisor::app::monitor::Monitor::new(&r);
+        let t0 = Instant::now();
+        monitor.sample(&r).await;
+        let first_sample = elapsed_ns(t0);
+        let mut samples_steady = Vec::with_capacity(MONITOR_SAMPLES);
+        for _ in 0..MONITOR_SAMPLES {
+            let t0 = Instant::now();
+            monitor.sample(&r).await;
+            samples_steady.push(elapsed_ns(t0));
+        }
+        assert_eq!(monitor.listings_asked(), 2, "a steady tree: the top supervisor and the root, listed once");
         let t0 = Instant::now();
         r.shutdown().await;
         let stop = elapsed_ns(t0);
@@ -806,6 +824,12 @@ pub fn supervised_tree(children: u32, calls: usize) -> TreeCost {
             memory: Summary::of(&label("heap per child beyond regions"), vec![per_child], Unit::Bytes),
             idle_cpu: Summary::of(&label("idle, share of one core"), vec![idle], Unit::Ratio),
             call: Summary::of(&label("call to one"), samples, Unit::Nanos),
+            sample: Summary::of(&label("monitor sample, steady"), samples_steady, Unit::Nanos),
+            first_sample: Summary::of(
+                &label("monitor's first sample (lists every child)"),
+                vec![first_sample],
+                Unit::Nanos,
+            ),
         }
     })
 }

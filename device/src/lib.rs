@@ -42,8 +42,8 @@ pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
 pub use device::{
-    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, SlotFault,
-    SlotSnapshot, UNRESPONSIVE_AFTER,
+    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand,
+    SlotActivity, SlotFault, SlotSnapshot, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 

@@ -206,6 +206,19 @@ impl SharedGrid {
         }
     }
 
+    /// The generation, heartbeat and messages processed of `slot` (line 0 of its control block).
+    pub(crate) fn activity(&self, slot: u32) -> (u32, u64, u64) {
+        let b = self.block(slot);
+        // SAFETY: aligned fields of a live control block.
+        unsafe {
+            (
+                load_u32(addr_of_mut!((*b).generation), Ordering::Relaxed),
+                load_u64(addr_of_mut!((*b).heartbeat), Ordering::Relaxed),
+                load_u64(addr_of_mut!((*b).messages_processed), Ordering::Relaxed),
+            )
+        }
+    }
+
     /// The device's inbox head of `slot` (first message not yet consumed).
     pub(crate) fn inbox_head(&self, slot: u32) -> u32 {
         // SAFETY: aligned field of a live control block.

@@ -18,6 +18,10 @@ fn create_call_and_generation_bump_on_restart() {
     assert_eq!((i64_of(&r), r.generation), (1, 2));
     let snap = d.snapshot(2).unwrap();
     assert_eq!((snap.state, snap.generation, snap.messages_processed), (SlotState::Active, 2, 1));
+    let activity = d.activity(2).unwrap();
+    assert_eq!((activity.generation, activity.messages_processed), (2, 1), "the same line, read alone");
+    assert!(activity.heartbeat >= snap.heartbeat);
+    assert!(matches!(d.activity(4), Err(DeviceError::SlotOutOfRange { slot: 4, slot_count: 4 })), "out of range");
 }
 
 fn kv_store_put_get_delete() {

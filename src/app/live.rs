@@ -32,7 +32,10 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
         .block(Block::default().borders(Borders::ALL).title(format!(" {title} ")));
     frame.render_widget(head, header);
 
-    let rows = snap.rows.iter().map(|r| {
+    // Only the rows that fit are built (a tree of 100,000 children would otherwise cost 100,000 rows a frame):
+    // the table's borders and header take three lines.
+    let fits = usize::from(body.height.saturating_sub(3));
+    let rows = snap.rows.iter().take(fits).map(|r| {
         let kind = match r.kind {
             ChildKind::Supervisor => "sup",
             ChildKind::Gpu => "gpu",
@@ -66,9 +69,11 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
             Row::new(["child", "kind", "state", "slot", "gen", "restarts", "msg/s", "heartbeat"])
                 .style(Style::default().add_modifier(Modifier::BOLD)),
         )
-        .block(
-            Block::default().borders(Borders::ALL).title(format!(" supervision tree ({} children) ", snap.rows.len())),
-        );
+        .block(Block::default().borders(Borders::ALL).title(if fits < snap.rows.len() {
+            format!(" supervision tree ({} children, the first {fits} shown) ", snap.rows.len())
+        } else {
+            format!(" supervision tree ({} children) ", snap.rows.len())
+        }));
     frame.render_widget(table, body);
 
     let [dead, events] = Layout::default()

@@ -46,7 +46,7 @@ pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
 pub use faults::{DeviceFault, SlotFault};
 pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
-pub use snapshot::{DeviceStats, SlotSnapshot};
+pub use snapshot::{DeviceStats, SlotActivity, SlotSnapshot};
 pub use subscribers::EventHook;
 
 use std::collections::HashMap;

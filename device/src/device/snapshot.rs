@@ -35,6 +35,18 @@ pub struct SlotSnapshot {
     pub hlc: u64,
 }
 
+/// What a monitor reads of a slot every second: one line of its control block (a [`SlotSnapshot`] reads all
+/// four).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotActivity {
+    /// Incarnation number.
+    pub generation: u32,
+    /// Bumped by every step that was not stalled.
+    pub heartbeat: u64,
+    /// Messages processed by this incarnation.
+    pub messages_processed: u64,
+}
+
 /// Device-wide counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
@@ -74,6 +86,14 @@ impl Device {
             bad_envelopes: b.bad_envelopes,
             hlc: b.hlc,
         })
+    }
+
+    /// `slot`'s generation, heartbeat and messages processed: three loads from one line, for monitors that
+    /// sample many slots.
+    pub fn activity(&self, slot: u32) -> Result<SlotActivity, DeviceError> {
+        self.check_slot(slot)?;
+        let (generation, heartbeat, messages_processed) = self.inner.grid.activity(slot);
+        Ok(SlotActivity { generation, heartbeat, messages_processed })
     }
 
     /// Messages waiting in `slot`'s inbox (published by the host, not yet consumed by the actor): two loads,
