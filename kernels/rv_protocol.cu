@@ -138,8 +138,20 @@ RV_FN void rv_mark_work(const rv_grid_view *g, uint32_t slot) {
     rv_fetch_or_u32(&g->work_summary[word >> 5], 1u << (word & 31u));
 }
 
+/* Words of the attention bitmap: one bit per slot. A summary follows them in the same area, one bit per word
+ * (rv_attention_summary), so block 0 looks only at the words that have a bit set, not at all of them. */
+RV_FN uint32_t rv_attention_words(uint32_t slot_count) { return (slot_count + 31u) / 32u; }
+
+RV_FN uint32_t *rv_attention_summary(const rv_grid_view *g) {
+    return g->attention + rv_attention_words(g->slot_count);
+}
+
+/* The slot's bit first, then its word's summary bit: block 0 clears a summary bit before it takes the word
+ * (rv_supervisor_step), so a bit it misses is announced again by the summary bit set after it. */
 RV_FN void rv_raise_attention(const rv_grid_view *g, uint32_t slot) {
-    rv_fetch_or_u32(&g->attention[slot >> 5], 1u << (slot & 31u));
+    uint32_t word = slot >> 5;
+    rv_fetch_or_u32(&g->attention[word], 1u << (slot & 31u));
+    rv_fetch_or_u32(&rv_attention_summary(g)[word >> 5], 1u << (word & 31u));
 }
 
 /* A fresh per-message context for `slot` (nothing staged). */
@@ -276,7 +288,8 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     h->off_actor_records = off;
     off = rv_align_up(off + n * sizeof(rv_actor_record), 64);
     h->off_attention = off;
-    off = rv_align_up(off + ((n + 31) / 32) * 4, 64);
+    uint64_t attention_words = rv_attention_words(p->slot_count);
+    off = rv_align_up(off + (attention_words + (attention_words + 31) / 32) * 4, 64); /* bitmap and summary */
     h->off_k2k_meta = off;
     off = rv_align_up(off + n * sizeof(rv_k2k_meta), 64);
     h->off_k2k_cells = off;
@@ -1152,21 +1165,30 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
     if (rv_load_acquire_u32(&h->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
     rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
 
-    /* 1. Slots that raised attention. */
-    uint32_t words = (g->slot_count + 31) / 32;
-    for (uint32_t w = 0; w < words; ++w) {
-        if (rv_load_relaxed_dev_u32(&g->attention[w]) == 0) continue;
-        uint32_t bits = rv_exchange_u32(&g->attention[w], 0);
-        while (bits != 0) {
-            if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) {
-                rv_fetch_or_u32(&g->attention[w], bits); /* keep them for the next step */
-                return out;
+    /* 1. Slots that raised attention: the words the summary marks (a summary bit is cleared before its word is
+     * taken, see rv_raise_attention). */
+    uint32_t *summary = rv_attention_summary(g);
+    uint32_t summary_words = (rv_attention_words(g->slot_count) + 31) / 32;
+    for (uint32_t sw = 0; sw < summary_words; ++sw) {
+        if (rv_load_relaxed_dev_u32(&summary[sw]) == 0) continue;
+        uint32_t marked = rv_exchange_u32(&summary[sw], 0);
+        while (marked != 0) {
+            uint32_t w = sw * 32 + rv_ctz_u32(marked);
+            marked &= marked - 1;
+            uint32_t bits = rv_exchange_u32(&g->attention[w], 0);
+            while (bits != 0) {
+                if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) {
+                    /* Keep the rest for the next step: this word's bits, and the words not looked at yet. */
+                    rv_fetch_or_u32(&g->attention[w], bits);
+                    rv_fetch_or_u32(&summary[sw], marked | (1u << (w & 31u)));
+                    return out;
+                }
+                uint32_t b = rv_ctz_u32(bits);
+                bits &= bits - 1;
+                rv_sv_attend(g, w * 32 + b);
+                rv_touch_slot(g, w * 32 + b);
+                out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
-            uint32_t b = rv_ctz_u32(bits);
-            bits &= bits - 1;
-            rv_sv_attend(g, w * 32 + b);
-            rv_touch_slot(g, w * 32 + b);
-            out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
         }
     }
 

@@ -360,8 +360,23 @@ fn a_behaviours_monotonic_clock_never_goes_back_and_measures_durations() {
 /// behaviour and the command's own id; block 0 takes them over many steps. (On lavapipe, block 0 executing a
 /// few hundred of them in one dispatch lost the records of some: docs/architecture.md.)
 fn a_burst_of_2000_pipelined_creates_is_answered_in_full() {
+    burst_of_creates(DeviceConfig::default().slots(2_048));
+}
+
+/// An event ring far smaller than the burst: block 0 stops attending with most slots' attention still raised
+/// (bits in many words of the bitmap, each announced by its summary bit) and takes them up again step after
+/// step; none is lost.
+fn a_burst_through_an_event_ring_of_16_loses_no_attention() {
+    let mut config = DeviceConfig::default().slots(2_048);
+    config.event_capacity = 16;
+    burst_of_creates(config);
+}
+
+/// 2,000 creates submitted before any is waited for, on a device opened with `config`: each answered Created,
+/// and actors at both ends and the middle answer calls.
+fn burst_of_creates(config: DeviceConfig) {
     const N: u32 = 2_000;
-    let d = open_with(DeviceConfig::default().slots(2_048));
+    let d = open_with(config);
     let pending: Vec<_> = (0..N).map(|s| d.create(s, "counter", &[]).unwrap()).collect();
     for (slot, p) in (0..N).zip(pending) {
         let created = p.wait_blocking(T).unwrap_or_else(|e| panic!("create of slot {slot}: {e:?}"));
@@ -374,6 +389,7 @@ fn a_burst_of_2000_pipelined_creates_is_answered_in_full() {
 
 on_every_backend!(
     a_burst_of_2000_pipelined_creates_is_answered_in_full,
+    a_burst_through_an_event_ring_of_16_loses_no_attention,
     a_behaviours_monotonic_clock_never_goes_back_and_measures_durations,
     a_granted_restart_runs_on_block_0_alone_and_hands_back_what_was_queued,
     a_withdrawn_grant_or_none_leaves_a_failed_actor_to_the_host,

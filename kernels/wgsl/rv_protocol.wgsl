@@ -88,8 +88,16 @@ fn rv_hlc_next(local: vec2<u32>, remote: vec2<u32>) -> vec2<u32> {
     return u64_max(physical, logical);
 }
 
+// The attention bitmap (a bit per slot), then its summary (a bit per word), as rv_protocol.cu lays them out:
+// the slot's bit first, then its word's summary bit.
+fn rv_attention_words() -> u32 {
+    return (g_slots + 31u) / 32u;
+}
+
 fn rv_raise_attention(slot: u32) {
-    atomicOr(&L[(g_attention >> 2u) + (slot >> 5u)], 1u << (slot & 31u));
+    let word = slot >> 5u;
+    atomicOr(&L[(g_attention >> 2u) + word], 1u << (slot & 31u));
+    atomicOr(&L[(g_attention >> 2u) + rv_attention_words() + (word >> 5u)], 1u << (word & 31u));
 }
 
 // ---- envelopes (private copies) ------------------------------------------------------------------------------
@@ -1061,22 +1069,32 @@ fn rv_supervisor_step() -> u32 {
     var out = 0u;
     if (rv_device_faulted()) { return 0u; }
     s64w(O_grid_header_supervisor_heartbeat, u64_inc(s64(O_grid_header_supervisor_heartbeat)));
-    let words = (g_slots + 31u) / 32u;
-    for (var w = 0u; w < words; w = w + 1u) {
-        let at = (g_attention >> 2u) + w;
-        if (atomicLoad(&L[at]) == 0u) { continue; }
-        var bits = atomicExchange(&L[at], 0u);
+    // The words the summary marks (a summary bit is cleared before its word is taken).
+    let summary = (g_attention >> 2u) + rv_attention_words();
+    let summary_words = (rv_attention_words() + 31u) / 32u;
+    for (var sw = 0u; sw < summary_words; sw = sw + 1u) {
+        if (atomicLoad(&L[summary + sw]) == 0u) { continue; }
+        var marked = atomicExchange(&L[summary + sw], 0u);
         loop {
-            if (bits == 0u) { break; }
-            if (rv_event_room() < RV_EVENTS_PER_ATTEND) {
-                atomicOr(&L[at], bits);
-                return out;
+            if (marked == 0u) { break; }
+            let w = sw * 32u + countTrailingZeros(marked);
+            marked = marked & (marked - 1u);
+            let at = (g_attention >> 2u) + w;
+            var bits = atomicExchange(&L[at], 0u);
+            loop {
+                if (bits == 0u) { break; }
+                if (rv_event_room() < RV_EVENTS_PER_ATTEND) {
+                    // Keep the rest for the next dispatch: this word's bits, and the words not looked at yet.
+                    atomicOr(&L[at], bits);
+                    atomicOr(&L[summary + sw], marked | (1u << (w & 31u)));
+                    return out;
+                }
+                let b = countTrailingZeros(bits);
+                bits = bits & (bits - 1u);
+                rv_sv_attend(w * 32u + b);
+                rv_touch_slot(w * 32u + b);
+                out = out | RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
-            let b = countTrailingZeros(bits);
-            bits = bits & (bits - 1u);
-            rv_sv_attend(w * 32u + b);
-            rv_touch_slot(w * 32u + b);
-            out = out | RV_STEP_PROGRESS | RV_STEP_REPLIED;
         }
     }
     for (var n = 0u; n < SV_COMMANDS_PER_DISPATCH; n = n + 1u) {
