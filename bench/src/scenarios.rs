@@ -751,10 +751,14 @@ pub fn registry_lookups(n: usize, cases: &[(&str, usize)]) -> Vec<(Summary, Summ
 
 /// What a supervised tree of GPU children costs, from [`supervised_tree`].
 pub struct TreeCost {
-    /// `Runtime::start` of the whole tree (device open included).
+    /// `Runtime::start` of the whole tree (device open included), each start.
     pub start: Summary,
-    /// `Runtime::shutdown` (every child stopped in reverse order, then the device).
+    /// `Runtime::shutdown` (every child stopped in reverse order, then the device), each stop.
     pub stop: Summary,
+    /// The baseline of `start`: [`ractor_tree`]'s spawns, interleaved with the tree's starts.
+    pub spawn_baseline: Summary,
+    /// The baseline of `stop`: [`ractor_tree`]'s stops.
+    pub stop_baseline: Summary,
     /// Heap bytes per supervised child beyond the device's regions (slot actor, handle, registry entry,
     /// tree bookkeeping).
     pub memory: Summary,
@@ -776,16 +780,77 @@ fn compact_device(children: u32) -> DeviceConfig {
 /// Samples of the steady tree a monitor takes in [`supervised_tree`].
 const MONITOR_SAMPLES: usize = 10;
 
-/// One one_for_one supervisor with `children` `counter` GPU children (names `fleet/c<i>`): start, idle,
-/// `calls` calls to one child, stop.
-pub fn supervised_tree(children: u32, calls: usize) -> TreeCost {
+/// One one_for_one supervisor with `children` `counter` GPU children (names `fleet/c<i>`), started and
+/// stopped `starts` times, each time followed by the same for its ractor baseline (one noisy moment of the
+/// machine falls on both); the first time also measures memory, idle CPU, `calls` calls to one child and the
+/// monitor's samples.
+pub fn supervised_tree(children: u32, calls: usize, starts: usize) -> TreeCost {
+    let cost = steady_tree(children, calls);
+    let (mut ours, mut theirs) = ((vec![cost.start], vec![cost.stop]), (Vec::new(), Vec::new()));
+    for i in 0..starts {
+        let (spawn, stop) = ractor_tree(children);
+        theirs.0.push(spawn);
+        theirs.1.push(stop);
+        if i + 1 < starts {
+            let (start, stop) = tree_start_stop(children);
+            ours.0.push(start);
+            ours.1.push(stop);
+        }
+    }
+    let label = |what: &str| format!("ringvisor, {children} supervised GPU children, {what}");
+    let baseline = |what: &str| format!("ractor, {children} linked actors under one actor, {what}");
+    TreeCost {
+        start: Summary::of(&label("start"), ours.0, Unit::Nanos),
+        stop: Summary::of(&label("stop"), ours.1, Unit::Nanos),
+        spawn_baseline: Summary::of(&baseline("spawn"), theirs.0, Unit::Nanos),
+        stop_baseline: Summary::of(&baseline("stop"), theirs.1, Unit::Nanos),
+        memory: cost.memory,
+        idle_cpu: cost.idle_cpu,
+        call: cost.call,
+        sample: cost.sample,
+        first_sample: cost.first_sample,
+    }
+}
+
+/// The spec of [`supervised_tree`].
+fn fleet(children: u32) -> SupervisorSpec {
+    let mut spec = SupervisorSpec::new(Strategy::OneForOne);
+    for i in 0..children {
+        let id = format!("c{i}");
+        spec = spec.child(ChildSpec::gpu(&id, GpuChild::new("counter")).name(format!("fleet/{id}")));
+    }
+    spec
+}
+
+/// One start and stop of [`fleet`], in nanoseconds.
+fn tree_start_stop(children: u32) -> (f64, f64) {
+    tokio().block_on(async {
+        let spec = fleet(children);
+        let t0 = Instant::now();
+        let r = ringvisor::Runtime::start(compact_device(children), spec).await.expect("runtime");
+        let start = elapsed_ns(t0);
+        let t0 = Instant::now();
+        r.shutdown().await;
+        (start, elapsed_ns(t0))
+    })
+}
+
+/// What one start of [`fleet`] measures beyond its start and stop.
+struct SteadyTree {
+    start: f64,
+    stop: f64,
+    memory: Summary,
+    idle_cpu: Summary,
+    call: Summary,
+    sample: Summary,
+    first_sample: Summary,
+}
+
+/// [`fleet`] started once: start, memory, idle CPU, `calls` calls to one child, the monitor's samples, stop.
+fn steady_tree(children: u32, calls: usize) -> SteadyTree {
     let rt = tokio();
     rt.block_on(async {
-        let mut spec = SupervisorSpec::new(Strategy::OneForOne);
-        for i in 0..children {
-            let id = format!("c{i}");
-            spec = spec.child(ChildSpec::gpu(&id, GpuChild::new("counter")).name(format!("fleet/{id}")));
-        }
+        let spec = fleet(children);
         let before = crate::heap::live_bytes();
         let t0 = Instant::now();
         let r = ringvisor::Runtime::start(compact_device(children), spec).await.expect("runtime");
@@ -818,9 +883,9 @@ pub fn supervised_tree(children: u32, calls: usize) -> TreeCost {
         r.shutdown().await;
         let stop = elapsed_ns(t0);
         let label = |what: &str| format!("ringvisor, {children} supervised GPU children, {what}");
-        TreeCost {
-            start: Summary::of(&label("start"), vec![start], Unit::Nanos),
-            stop: Summary::of(&label("stop"), vec![stop], Unit::Nanos),
+        SteadyTree {
+            start,
+            stop,
             memory: Summary::of(&label("heap per child beyond regions"), vec![per_child], Unit::Bytes),
             idle_cpu: Summary::of(&label("idle, share of one core"), vec![idle], Unit::Ratio),
             call: Summary::of(&label("call to one"), samples, Unit::Nanos),
@@ -873,8 +938,8 @@ impl Actor for Spawner {
 }
 
 /// The baseline of [`supervised_tree`]: one ractor actor that spawns `children` linked ractor actors (start),
-/// and stops them and itself (stop).
-pub fn ractor_tree(children: u32) -> (Summary, Summary) {
+/// and stops them and itself (stop); nanoseconds.
+pub fn ractor_tree(children: u32) -> (f64, f64) {
     let rt = tokio();
     rt.block_on(async {
         let t0 = Instant::now();
@@ -884,8 +949,6 @@ pub fn ractor_tree(children: u32) -> (Summary, Summary) {
         sup.stop_children_and_wait(None, None).await;
         sup.stop_and_wait(None, None).await.expect("stop");
         handle.await.expect("join");
-        let stop = elapsed_ns(t0);
-        let label = |what: &str| format!("ractor, {children} linked actors under one actor, {what}");
-        (Summary::of(&label("spawn"), vec![start], Unit::Nanos), Summary::of(&label("stop"), vec![stop], Unit::Nanos))
+        (start, elapsed_ns(t0))
     })
 }
