@@ -12,13 +12,15 @@
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.
 
+use super::dirty_set::DirtySet;
+use super::region::HostRegion;
 use super::Executor;
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
 use crate::sync::lock;
 use crate::wait::{IdleBackoff, Parker};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -258,142 +260,6 @@ impl Drop for CpuExecutor {
     }
 }
 
-/// Zeroed, page-aligned memory for the CPU and WebGPU backends' regions. On Unix it is an anonymous mapping:
-/// the kernel hands out zero pages as they are first touched, so opening a device of 100,000 slots neither
-/// writes its half gigabyte of rings nor holds pages for the cells no message ever reached. Elsewhere it
-/// comes from the allocator, zeroed at once.
-pub(crate) struct HostRegion {
-    ptr: *mut u8,
-    size: usize,
-}
-
-// SAFETY: the region is plain memory; concurrent access follows the protocol described in shared.rs.
-unsafe impl Send for HostRegion {}
-// SAFETY: as above.
-unsafe impl Sync for HostRegion {}
-
-/// The regions' alignment (a page: every shared struct's alignment divides it).
-const REGION_ALIGN: usize = 4096;
-
-impl HostRegion {
-    pub(crate) fn zeroed(bytes: u64) -> Result<Self, DeviceError> {
-        let size = usize::try_from(bytes.max(64))
-            .map_err(|_| DeviceError::InvalidConfig(format!("region of {bytes} bytes is too large")))?;
-        let ptr =
-            Self::map(size).ok_or_else(|| DeviceError::InvalidConfig(format!("could not allocate {bytes} bytes")))?;
-        Ok(Self { ptr, size })
-    }
-
-    #[cfg(unix)]
-    fn map(size: usize) -> Option<*mut u8> {
-        // SAFETY: a fresh private anonymous mapping (no address hint, no file): it aliases nothing, and the
-        // kernel zero-fills it and aligns it to a page (page sizes are powers of two of at least 4 KiB, so
-        // REGION_ALIGN divides them).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return None;
-        }
-        debug_assert_eq!(ptr as usize % REGION_ALIGN, 0);
-        Some(ptr.cast())
-    }
-
-    #[cfg(not(unix))]
-    fn map(size: usize) -> Option<*mut u8> {
-        let layout = std::alloc::Layout::from_size_align(size, REGION_ALIGN).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(ptr)
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-}
-
-impl Drop for HostRegion {
-    fn drop(&mut self) {
-        #[cfg(unix)]
-        // SAFETY: mapped in `map` with this size, unmapped once; nothing refers to the region after its owner
-        // (the executors drop their views first).
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.size);
-        }
-        #[cfg(not(unix))]
-        // SAFETY: allocated in `map` with this layout (checked there), freed once.
-        unsafe {
-            std::alloc::dealloc(self.ptr, std::alloc::Layout::from_size_align_unchecked(self.size, REGION_ALIGN))
-        }
-    }
-}
-
-/// A bitmap of slots that may have replies waiting, set by the workers and drained by the host poller. Two
-/// levels above it: a summary bit per word, and a flag for the whole set, so an idle poller reads one flag and
-/// a poller with one reply to find reads one summary word per 4,096 slots, not every word.
-pub(crate) struct DirtySet {
-    words: Box<[AtomicU64]>,
-    summary: Box<[AtomicU64]>,
-    any: AtomicBool,
-}
-
-impl DirtySet {
-    pub(crate) fn new(slots: u32) -> Self {
-        let words = (slots as usize).div_ceil(64);
-        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
-        Self { words: zeros(words), summary: zeros(words.div_ceil(64)), any: AtomicBool::new(false) }
-    }
-
-    /// Marks the slots `first + i` for each bit `i` of `bits`; `first` is a multiple of 32.
-    pub(crate) fn mark_word(&self, first: u32, bits: u32) {
-        let word = (first / 64) as usize;
-        let w = &self.words[word];
-        let bits = u64::from(bits) << (first % 64);
-        if w.load(Ordering::Relaxed) & bits != bits {
-            w.fetch_or(bits, Ordering::AcqRel);
-        }
-        // Each level after the one below it: a drain that cleared a level before this store sees the bits below
-        // it on its next call. The summary's RMW is unconditional: it is ordered with the drain's swap of the
-        // same word either way (before it: the drain takes the bits; after it: the bit stays for the next one).
-        self.summary[word / 64].fetch_or(1u64 << (word % 64), Ordering::AcqRel);
-        self.any.store(true, Ordering::Release);
-    }
-
-    /// Calls `f` for each marked slot, clearing the marks first (each level before the one below it). Returns
-    /// how many there were.
-    pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
-        let mut n = 0;
-        if !self.any.swap(false, Ordering::AcqRel) {
-            return 0;
-        }
-        for (i, s) in self.summary.iter().enumerate() {
-            if s.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut marked = s.swap(0, Ordering::AcqRel);
-            while marked != 0 {
-                let word = i * 64 + marked.trailing_zeros() as usize;
-                marked &= marked - 1;
-                let mut bits = self.words[word].swap(0, Ordering::AcqRel);
-                while bits != 0 {
-                    let b = bits.trailing_zeros();
-                    bits &= bits - 1;
-                    f(word as u32 * 64 + b);
-                    n += 1;
-                }
-            }
-        }
-        n
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,61 +427,5 @@ mod tests {
         );
         assert_eq!((e.code, e.failed_index, e.messages_processed), (0, RV_NO_INDEX, 0));
         assert!(now.abs_diff(e.time_ns) < 60_000_000_000, "time {} vs {now}", e.time_ns);
-    }
-
-    /// Marks in words under different summary bits and summary words, drained once each, in slot order.
-    #[test]
-    fn a_dirty_set_drains_every_marked_slot_once_across_summary_words() {
-        let set = DirtySet::new(20_000);
-        assert_eq!(set.drain(|_| panic!("nothing marked")), 0);
-        let slots = [0u32, 31, 32, 63, 64, 4_095, 4_096, 4_127, 19_999];
-        for &slot in &slots {
-            set.mark_word(slot / 32 * 32, 1 << (slot % 32));
-        }
-        let mut seen = Vec::new();
-        assert_eq!(set.drain(|s| seen.push(s)), slots.len());
-        assert_eq!(seen, slots);
-        assert_eq!(set.drain(|_| panic!("drained twice")), 0);
-    }
-
-    /// Two threads mark while one drains: every mark is drained (by a drain after the marking ends, at the
-    /// latest), none twice per mark.
-    #[test]
-    fn a_dirty_set_loses_no_mark_made_during_a_drain() {
-        const SLOTS: u32 = 1 << 16;
-        let set = Arc::new(DirtySet::new(SLOTS));
-        let done = Arc::new(AtomicBool::new(false));
-        let markers: Vec<_> = (0..2u32)
-            .map(|t| {
-                let set = set.clone();
-                std::thread::spawn(move || {
-                    // Each thread marks its own slots (odd or even words), one at a time.
-                    for slot in (0..SLOTS).filter(|s| (s / 32) % 2 == t) {
-                        set.mark_word(slot / 32 * 32, 1 << (slot % 32));
-                    }
-                })
-            })
-            .collect();
-        let seen = Arc::new(Mutex::new(vec![0u32; SLOTS as usize]));
-        let drainer = {
-            let (set, done, seen) = (set.clone(), done.clone(), seen.clone());
-            std::thread::spawn(move || {
-                while !done.load(Ordering::Acquire) {
-                    set.drain(|s| seen.lock().unwrap()[s as usize] += 1);
-                }
-            })
-        };
-        for m in markers {
-            m.join().unwrap();
-        }
-        done.store(true, Ordering::Release);
-        drainer.join().unwrap();
-        set.drain(|s| seen.lock().unwrap()[s as usize] += 1);
-        let seen = seen.lock().unwrap();
-        assert!(
-            seen.iter().all(|&n| n == 1),
-            "slots drained other than once: {:?}",
-            seen.iter().filter(|&&n| n != 1).count()
-        );
     }
 }

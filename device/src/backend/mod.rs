@@ -3,6 +3,8 @@
 
 pub mod cpu;
 pub mod cuda;
+mod dirty_set;
+mod region;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::cpu::{DirtySet, HostRegion};
+use super::dirty_set::DirtySet;
+use super::region::HostRegion;
 use super::Executor;
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
