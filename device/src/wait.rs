@@ -3,7 +3,7 @@
 //! latency mode), and [`Retry`], the
 //! bounded spin/yield/sleep loop of a producer waiting for room in a ring.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,12 +29,33 @@ impl Parker {
 
     /// Sleeps up to `timeout` unless [`Parker::wake`] was called since `seen` was read.
     pub(crate) fn park(&self, seen: u64, timeout: Duration) {
+        self.park_unless(seen, timeout, || false);
+    }
+
+    /// [`Parker::park`], unless `pending()` finds work. `pending` is asked after this thread counts as a
+    /// sleeper, which is what lets a producer skip the wake-up when it sees no sleeper
+    /// ([`Parker::wake_sleepers`]): either it sees this sleeper, or `pending` sees its work.
+    pub(crate) fn park_unless(&self, seen: u64, timeout: Duration, pending: impl Fn() -> bool) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // pairs with the fence in wake_sleepers (a store-buffer pair on the work and on `sleepers`)
+        fence(Ordering::SeqCst);
         let guard = lock(&self.lock);
-        if self.epoch.load(Ordering::SeqCst) == seen {
+        if self.epoch.load(Ordering::SeqCst) == seen && !pending() {
             let _ = self.cond.wait_timeout(guard, timeout);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes the parked threads if there are any, after the caller published work that every parked thread
+    /// looks for with the `pending` check of [`Parker::park_unless`]. With no sleeper it writes nothing: a
+    /// thread about to park sees the work instead. (Threads that are only spinning or yielding find work on
+    /// their next round without a wake-up.)
+    pub(crate) fn wake_sleepers(&self) {
+        // pairs with the fence in park_unless
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) > 0 {
+            self.wake();
+        }
     }
 
     /// Wakes every parked thread, and makes the next `park` with an older epoch return at once.
@@ -75,6 +96,12 @@ impl IdleBackoff {
 
     /// One idle round; `seen` is the parker epoch read before the round's work.
     pub(crate) fn idle(&mut self, parker: &Parker, seen: u64) {
+        self.idle_unless(parker, seen, || false);
+    }
+
+    /// [`IdleBackoff::idle`] for a thread whose producers wake it with [`Parker::wake_sleepers`]: it parks
+    /// only if `pending()` finds no work (see [`Parker::park_unless`]).
+    pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= self.spin {
             for _ in 0..32 {
@@ -85,7 +112,7 @@ impl IdleBackoff {
         } else {
             let shift = (self.idle - self.spin * 2).min(16);
             let timeout = Duration::from_micros(50u64 << shift).min(self.park_max);
-            parker.park(seen, timeout);
+            parker.park_unless(seen, timeout, pending);
         }
     }
 }
@@ -117,5 +144,54 @@ impl Retry {
             std::thread::yield_now();
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{mpsc, Arc};
+
+    /// Spins a pseudo-random 0..1024 rounds: moves the two threads' steps against each other, so the waker's
+    /// publication lands in the sleeper's window between its last look and its park in many rounds.
+    fn jitter(round: u32) {
+        for _ in 0..(round.wrapping_mul(2_654_435_761) >> 22) {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A waker that publishes work and calls `wake_sleepers` never leaves a thread parked on it: each round
+    /// the sleeper parks for an hour unless the work is seen, so a lost wake-up shows as a round that does
+    /// not end (reported after 30 s instead of hanging the test).
+    #[test]
+    fn wake_sleepers_never_loses_a_sleeper_that_checks_for_work() {
+        const ROUNDS: u32 = 20_000;
+        let parker = Arc::new(Parker::new());
+        let work = Arc::new(AtomicBool::new(false));
+        let (done_tx, done_rx) = mpsc::channel();
+        let (p, w) = (parker.clone(), work.clone());
+        let sleeper = std::thread::spawn(move || {
+            for round in 0..ROUNDS {
+                loop {
+                    let seen = p.epoch();
+                    if w.swap(false, Ordering::AcqRel) {
+                        break;
+                    }
+                    jitter(round);
+                    p.park_unless(seen, Duration::from_secs(3600), || w.load(Ordering::Acquire));
+                }
+                done_tx.send(()).expect("test alive");
+            }
+        });
+        for round in 0..ROUNDS {
+            jitter(round.rotate_left(7));
+            work.store(true, Ordering::Release);
+            parker.wake_sleepers();
+            if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                panic!("round {round}: the sleeper stayed parked with work published");
+            }
+        }
+        sleeper.join().expect("sleeper");
     }
 }

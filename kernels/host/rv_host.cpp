@@ -53,9 +53,18 @@ extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_beh
     return v;
 }
 
-/* The host gave `slot` work (a message, a fault), published before this call. */
-extern "C" void rv_cpu_mark_work(const rv_grid_view *v, uint32_t slot) {
-    if (slot < v->slot_count) rv_mark_work(v, slot);
+/* The host gave `slot` work (a message, a fault), published before this call. Returns 1 if it marked the slot,
+ * 0 if the slot was marked already (or is out of range): its runner has not taken the mark yet, and reads the
+ * work published before this call when it does, since the fence here pairs with the one in rv_cpu_run_marked
+ * (a store-buffer pair: either the runner's take comes after the load below, and then the runner sees the
+ * publication, or the load sees the word after the take, with the bit clear, and the slot is marked again).
+ * A sender that finds the mark already there skips two read-modify-writes on lines the workers share. */
+extern "C" uint32_t rv_cpu_mark_work(const rv_grid_view *v, uint32_t slot) {
+    if (slot >= v->slot_count) return 0;
+    rv_fence();
+    if (rv_load_relaxed_dev_u32(&v->work[slot >> 5]) & (1u << (slot & 31u))) return 0;
+    rv_mark_work(v, slot);
+    return 1;
 }
 
 /* Summary word `index`: which run-set words may have marked slots (a hint; rv_cpu_run_marked decides). */
@@ -71,6 +80,7 @@ extern "C" uint32_t rv_cpu_run_marked(const rv_grid_view *v, uint32_t word, uint
     uint32_t out = 0, rep = 0;
     rv_fetch_and_u32(&v->work_summary[word >> 5], ~(1u << (word & 31u)));
     uint32_t bits = rv_exchange_u32(&v->work[word], 0);
+    rv_fence(); /* pairs with rv_cpu_mark_work's: the steps below see what a sender published before it looked */
     while (bits != 0) {
         uint32_t b = rv_ctz_u32(bits);
         bits &= bits - 1;

@@ -212,7 +212,10 @@ fn worker(s: &CpuShared, index: usize) {
         if progress & RV_STEP_PROGRESS != 0 {
             backoff.reset();
         } else {
-            backoff.idle(&s.parker, seen);
+            // a sender that marked a slot and saw no sleeper left its work for this check (see `notify`)
+            // SAFETY: i < summary_words.
+            let marked = || (0..summary_words as u32).any(|i| unsafe { ffi::rv_cpu_summary(view, i) } != 0);
+            backoff.idle_unless(&s.parker, seen, marked);
         }
     }
 }
@@ -228,8 +231,13 @@ impl Executor for CpuExecutor {
 
     fn notify(&self, slot: u32) {
         // SAFETY: the view is valid while the executor lives; the C side checks the slot.
-        unsafe { ffi::rv_cpu_mark_work(self.shared.view.0, slot) };
-        self.shared.parker.wake();
+        let marked = unsafe { ffi::rv_cpu_mark_work(self.shared.view.0, slot) } != 0;
+        // A slot already marked was marked by a sender that woke the workers, or by a running worker. A parked
+        // worker re-checks the run set after it counts as a sleeper (see the worker's `idle_unless`), so no
+        // shared write is needed unless one sleeps.
+        if marked {
+            self.shared.parker.wake_sleepers();
+        }
     }
 
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {

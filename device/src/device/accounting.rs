@@ -60,6 +60,9 @@ pub(super) struct SlotHost {
     pub(super) granted: Option<(u64, CommandWaiter)>,
     /// The slot's inbox bulk area (large messages): its bytes are in use exactly as long as their cells.
     pub(super) bulk: InboxBulk,
+    /// Messages the host has written into this slot's inbox since the device opened (counted here, under the
+    /// slot's lock, rather than in one device-wide counter that every producer's send would contend on).
+    pub(super) sent: u64,
 }
 
 impl SlotHost {
@@ -80,6 +83,7 @@ impl SlotHost {
             quarantined: false,
             granted: None,
             bulk: InboxBulk::default(),
+            sent: 0,
         }
     }
 }

@@ -78,8 +78,8 @@ impl Device {
             return Err(DeviceError::InboxFull { slot });
         }
         inner.grid.publish_inbox_tail(slot, host.tail);
+        host.sent += n as u64;
         drop(host);
-        inner.counters.sent.fetch_add(n as u64, Ordering::Relaxed);
         inner.executor.notify(slot);
         Ok(n)
     }
@@ -264,8 +264,8 @@ impl Device {
                 raw.hlc = host_hlc();
                 inner.put_message(&mut host, slot, raw, room, env.payload());
                 inner.grid.publish_inbox_tail(slot, host.tail);
+                host.sent += 1;
                 drop(host);
-                inner.counters.sent.fetch_add(1, Ordering::Relaxed);
                 inner.executor.notify(slot);
                 return Ok(());
             }
@@ -292,9 +292,16 @@ impl DeviceInner {
     }
 }
 
-/// The host's hybrid-logical-clock stamp for a message: wall-clock milliseconds in the high 48 bits.
+/// The host's hybrid-logical-clock stamp for a message: wall-clock milliseconds in the high 48 bits, read from
+/// the coarse real-time clock (the kernel's last tick, a few milliseconds' resolution, read without a clock
+/// access: a send costs tens of nanoseconds less than with the precise clock).
 pub(super) fn host_hlc() -> u64 {
-    let ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes it.
+    let ms = if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+        (ts.tv_sec as u64).wrapping_mul(1000).wrapping_add(ts.tv_nsec as u64 / 1_000_000)
+    } else {
+        0
+    };
     ms << 16
 }

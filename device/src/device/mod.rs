@@ -237,7 +237,6 @@ impl Drop for DeviceInner {
 
 #[derive(Default)]
 struct Counters {
-    sent: AtomicU64,
     replies: AtomicU64,
     error_replies: AtomicU64,
     left_in_inbox: AtomicU64,

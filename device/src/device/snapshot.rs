@@ -118,12 +118,12 @@ impl Device {
         Ok((host.generation, host.state))
     }
 
-    /// Device-wide counters.
+    /// Device-wide counters (takes each slot's lock once: the sent count is kept per slot).
     pub fn stats(&self) -> DeviceStats {
         let c = &self.inner.counters;
         let (hb, cmds, _) = self.inner.grid.block0_counters();
         DeviceStats {
-            messages_sent: c.sent.load(Ordering::Relaxed),
+            messages_sent: self.inner.slots.iter().map(|s| lock(s).sent).sum(),
             replies: c.replies.load(Ordering::Relaxed),
             error_replies: c.error_replies.load(Ordering::Relaxed),
             undelivered_left_in_inbox: c.left_in_inbox.load(Ordering::Relaxed),
