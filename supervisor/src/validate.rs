@@ -2,6 +2,7 @@
 //! its path (`root.children[2].name: ...`), never only the first.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use crate::error::SupervisorError;
 use crate::policy::{Restart, Strategy};
@@ -21,11 +22,38 @@ impl SupervisorSpec {
     }
 }
 
+/// Where a child spec sits in its tree, formatted only when a problem is reported: a tree of 100,000
+/// children is checked without building 100,000 path strings.
+struct ChildPath<'a> {
+    parent: &'a str,
+    index: usize,
+}
+
+impl fmt::Display for ChildPath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.children[{}]", self.parent, self.index)
+    }
+}
+
 /// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
 pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
     check_spec(spec, path, problems);
-    let mut names = HashMap::new();
-    collect_names(spec, path, &mut names, problems);
+    if has_duplicate_name(spec, &mut HashSet::new()) {
+        let mut names = HashMap::new();
+        collect_names(spec, path, &mut names, problems);
+    }
+}
+
+/// Whether a registry name is given to two children of the tree (the quick pass: the paths of the
+/// duplicates are found by [`collect_names`] only when there is one).
+fn has_duplicate_name<'a>(spec: &'a SupervisorSpec, seen: &mut HashSet<&'a str>) -> bool {
+    spec.children.iter().any(|child| {
+        let duplicate = match &child.name {
+            Some(name) if spec.strategy != Strategy::SimpleOneForOne => !seen.insert(name.as_str()),
+            _ => false,
+        };
+        duplicate || matches!(&child.start, ChildStart::Supervisor(nested) if has_duplicate_name(nested, seen))
+    })
 }
 
 fn collect_names(spec: &SupervisorSpec, path: &str, seen: &mut HashMap<String, String>, problems: &mut Vec<String>) {
@@ -57,7 +85,7 @@ pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<S
     }
     let mut ids = HashSet::new();
     for (i, child) in spec.children.iter().enumerate() {
-        let child_path = format!("{path}.children[{i}]");
+        let child_path = ChildPath { parent: path, index: i };
         if !ids.insert(child.id.as_str()) {
             problems.push(format!("{child_path}.id: duplicate id \"{}\"", child.id));
         }
@@ -69,7 +97,7 @@ pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<S
 }
 
 /// Checks one child spec. Problems are `path: message`.
-pub(crate) fn check_child(child: &ChildSpec, path: &str, problems: &mut Vec<String>) {
+pub(crate) fn check_child(child: &ChildSpec, path: &dyn fmt::Display, problems: &mut Vec<String>) {
     if child.id.is_empty() {
         problems.push(format!("{path}.id: must not be empty"));
     }
@@ -77,7 +105,11 @@ pub(crate) fn check_child(child: &ChildSpec, path: &str, problems: &mut Vec<Stri
         problems.push(format!("{path}.significant: a significant child cannot be permanent"));
     }
     if let Some(name) = &child.name {
-        if let Err(e) = validate_name(&name.replace("{id}", "id")) {
+        let name = match name.contains("{id}") {
+            true => std::borrow::Cow::Owned(name.replace("{id}", "id")),
+            false => std::borrow::Cow::Borrowed(name.as_str()),
+        };
+        if let Err(e) = validate_name(&name) {
             problems.push(format!("{path}.name: {e}"));
         }
     }

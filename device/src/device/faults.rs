@@ -46,6 +46,7 @@ impl Device {
         self.check_open()?;
         self.check_slot(slot)?;
         let mut host = lock(&self.inner.slots[slot as usize]);
+        let before = (host.fault_flags, host.fault_seq);
         match fault {
             SlotFault::CrashNextMessage => {
                 host.fault_flags = (host.fault_flags | RV_FAULT_CRASH_NEXT) & !RV_FAULT_CORRUPT_NEXT;
@@ -58,6 +59,10 @@ impl Device {
             SlotFault::Stall => host.fault_flags |= RV_FAULT_STALL,
             SlotFault::ClearStall => host.fault_flags &= !RV_FAULT_STALL,
             SlotFault::Wedge => host.fault_flags |= RV_FAULT_WEDGE,
+        }
+        if (host.fault_flags, host.fault_seq) == before {
+            // the device has these bits already (a supervisor clears a stall at every start, usually unset)
+            return Ok(());
         }
         self.inner.grid.write_faults(slot, host.fault_flags, host.fault_seq);
         drop(host);

@@ -94,9 +94,22 @@ impl DeviceSlots {
     /// Routes one device event: its undeliverable messages to the dead-letter queue, the end of an
     /// incarnation (failed, killed, drained) to the supervisor listening to the slot.
     fn route(&self, event: &SlotEvent, dead_letters: &DeadLetters) {
+        let what = match event.event.kind {
+            EventKind::Failed => Some(Notice::Failed(event.event.code)),
+            EventKind::Killed => Some(Notice::Killed),
+            EventKind::Drained => Some(Notice::Drained),
+            // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
+            // child does not fail on its own, which would only make every supervisor exceed its intensity.
+            _ => None,
+        };
+        // Most events (a creation, an acknowledged command) end nothing and hand nothing back: they cost no
+        // look-up (a tree of 100,000 children starts with 100,000 of them).
+        if what.is_none() && event.undelivered.is_empty() {
+            return;
+        }
         let slot = event.event.slot;
         let (sink, target) = match self.bindings.get(&slot) {
-            Some(b) => (b.sink.clone(), Some(b.target.clone())),
+            Some(b) => (b.sink.clone(), (!event.undelivered.is_empty()).then(|| b.target.clone())),
             None => (None, None),
         };
         for u in &event.undelivered {
@@ -110,15 +123,7 @@ impl DeviceSlots {
                 u.envelope.payload().to_vec(),
             );
         }
-        let Some(sink) = sink else { return };
-        let what = match event.event.kind {
-            EventKind::Failed => Notice::Failed(event.event.code),
-            EventKind::Killed => Notice::Killed,
-            EventKind::Drained => Notice::Drained,
-            // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
-            // child does not fail on its own, which would only make every supervisor exceed its intensity.
-            _ => return,
-        };
+        let (Some(sink), Some(what)) = (sink, what) else { return };
         let notice = SlotNotice { slot, generation: event.event.generation, what };
         match self.event_faults.in_force(slot) {
             Some(EventFault::Drop) => {

@@ -28,7 +28,7 @@ impl SupervisorState {
             });
         }
         let mut problems = Vec::new();
-        check_child(&spec, "child", &mut problems);
+        check_child(&spec, &"child", &mut problems);
         if !problems.is_empty() {
             return Err(SupervisorError::InvalidSpec(problems.join("; ")));
         }
