@@ -250,7 +250,11 @@ impl Node {
     fn insert(&mut self, segs: &[&str], child: ChildRef) {
         match segs.split_first() {
             None => self.value = Some(child),
-            Some((first, rest)) => self.children.entry(first.to_string()).or_default().insert(rest, child),
+            // looked up by `&str` first: a name under a segment that exists (most of them) allocates nothing here
+            Some((first, rest)) => match self.children.get_mut(*first) {
+                Some(node) => node.insert(rest, child),
+                None => self.children.entry(first.to_string()).or_default().insert(rest, child),
+            },
         }
     }
 
@@ -358,17 +362,28 @@ impl Registry {
         }
     }
 
-    fn notify(&self, event: RegistryEvent) {
+    /// Tells the watchers (the event is made only if there are any).
+    fn notify(&self, event: impl FnOnce() -> RegistryEvent) {
+        let mut watchers = lock(&self.inner.watchers);
+        if watchers.is_empty() && !tracing::enabled!(tracing::Level::TRACE) {
+            return;
+        }
+        let event = event();
         tracing::trace!(?event, "registry");
-        lock(&self.inner.watchers).retain(|tx| tx.send(event.clone()).is_ok());
+        watchers.retain(|tx| tx.send(event.clone()).is_ok());
     }
 
     /// Binds `name` to `child`. Binding a name again to the same child is a no-op; binding it to another
     /// child is [`RegistryError::Taken`].
     pub fn bind(&self, name: &str, child: ChildRef) -> Result<(), RegistryError> {
+        self.bind_new(name, child).map(|_| ())
+    }
+
+    /// [`Registry::bind`]; `Ok(false)` when the name was bound to this child already (a restart).
+    pub(crate) fn bind_new(&self, name: &str, child: ChildRef) -> Result<bool, RegistryError> {
         validate_name(name)?;
         match self.inner.names.entry(name.to_string()) {
-            dashmap::Entry::Occupied(e) if e.get().same_child(&child) => return Ok(()),
+            dashmap::Entry::Occupied(e) if e.get().same_child(&child) => return Ok(false),
             dashmap::Entry::Occupied(_) => return Err(RegistryError::Taken(name.to_string())),
             dashmap::Entry::Vacant(v) => {
                 // The index is updated while the map entry is held, so bind/unbind of one name serialise.
@@ -377,8 +392,8 @@ impl Registry {
                 v.insert(child);
             }
         }
-        self.notify(RegistryEvent::Registered(name.to_string()));
-        Ok(())
+        self.notify(|| RegistryEvent::Registered(name.to_string()));
+        Ok(true)
     }
 
     /// Releases `name` if it is bound to `child` (a no-op otherwise).
@@ -387,14 +402,14 @@ impl Registry {
         if removed {
             let segs: Vec<&str> = name.split('/').collect();
             write(&self.inner.index).remove(&segs);
-            self.notify(RegistryEvent::Unregistered(name.to_string()));
+            self.notify(|| RegistryEvent::Unregistered(name.to_string()));
         }
     }
 
     /// Announces that the child bound to `name` restarted.
     pub(crate) fn rebound(&self, name: &str) {
         metrics::counter!("ringvisor_registry_rebinds_total").increment(1);
-        self.notify(RegistryEvent::Rebound(name.to_string()));
+        self.notify(|| RegistryEvent::Rebound(name.to_string()));
     }
 
     /// The child bound to `name`.

@@ -37,7 +37,9 @@ impl DirtySet {
     /// how many there were.
     pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {
         let mut n = 0;
-        if !self.any.swap(false, Ordering::AcqRel) {
+        // Looked at before it is swapped: a thread that polls in a loop writes the flag's line only when there
+        // is something to drain, so the markers' line stays where it is between marks.
+        if !self.any.load(Ordering::Relaxed) || !self.any.swap(false, Ordering::AcqRel) {
             return 0;
         }
         for (i, s) in self.summary.iter().enumerate() {

@@ -37,7 +37,7 @@ impl DeviceSlots {
     /// the new slot, or `None` if no slot is free.
     pub(crate) fn relocate(&self, from: u32) -> Option<u32> {
         let to = self.pool.acquire(None)?;
-        let target = self.bindings.remove(&from).map(|(_, b)| b.target).unwrap_or_default();
+        let target = self.unclaim(from).unwrap_or_default();
         self.claim(to, target);
         Some(to)
     }

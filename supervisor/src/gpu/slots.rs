@@ -4,9 +4,8 @@
 //! its supervisor as a notice. Routing is a hook on the device's event path (`Device::on_event`): no thread of
 //! its own, no hand-off.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
 use ringvisor_device::{Device, EventHook, EventKind, SlotEvent, UndeliveredReason};
 
 use super::event_faults::{EventFault, EventFaults};
@@ -14,6 +13,7 @@ use super::pool::SlotPool;
 use super::watchdog::Watchdogs;
 use super::{Notice, NoticeSink, SlotNotice};
 use crate::dead_letter::{DeadLetterReason, DeadLetters, DeviceOrigin, Origin};
+use crate::sync::lock;
 
 /// Who listens to a slot's device events: the supervisor of the child running there (while it runs), and the
 /// name its dead letters are filed under.
@@ -28,7 +28,9 @@ pub(super) struct SlotBinding {
 pub(crate) struct DeviceSlots {
     pub(crate) device: Device,
     pub(crate) pool: SlotPool,
-    pub(super) bindings: DashMap<u32, SlotBinding>,
+    /// Who listens to each slot, indexed by slot (a table the size of the device: a tree of 100,000
+    /// children claims its slots without growing a map, and an event finds its slot's binding by index).
+    pub(super) bindings: Box<[Mutex<Option<SlotBinding>>]>,
     /// Injected faults on the path from the device to supervisors (tests only).
     pub(crate) event_faults: EventFaults,
     /// The hung-actor detector of every GPU child on this device.
@@ -50,7 +52,7 @@ impl DeviceSlots {
             });
             DeviceSlots {
                 pool: SlotPool::new(device.slot_count()),
-                bindings: DashMap::new(),
+                bindings: (0..device.slot_count()).map(|_| Mutex::new(None)).collect(),
                 event_faults: EventFaults::default(),
                 watchdogs: Arc::default(),
                 device,
@@ -61,34 +63,43 @@ impl DeviceSlots {
         slots
     }
 
+    /// The binding of `slot` (`None` for a slot this device does not have).
+    fn binding(&self, slot: u32) -> Option<std::sync::MutexGuard<'_, Option<SlotBinding>>> {
+        self.bindings.get(slot as usize).map(lock)
+    }
+
     /// Files a slot's dead letters under `target` from now on.
     pub(crate) fn claim(&self, slot: u32, target: String) {
-        self.bindings.insert(slot, SlotBinding { sink: None, target });
+        if let Some(mut b) = self.binding(slot) {
+            *b = Some(SlotBinding { sink: None, target });
+        }
     }
 
     /// Sends the ends of the incarnations of `slot` to `sink` (its child's supervisor) from now on.
     pub(crate) fn attach(&self, slot: u32, sink: &NoticeSink) {
-        if let Some(mut b) = self.bindings.get_mut(&slot) {
+        if let Some(b) = self.binding(slot).as_mut().and_then(|b| b.as_mut()) {
             b.sink = Some(sink.clone());
         }
     }
 
     /// Nobody listens to `slot` any more (its child is being stopped, or is not running).
     pub(crate) fn detach(&self, slot: u32) {
-        if let Some(mut b) = self.bindings.get_mut(&slot) {
+        if let Some(b) = self.binding(slot).as_mut().and_then(|b| b.as_mut()) {
             b.sink = None;
         }
     }
 
     /// Tells whoever listens to `slot` about its incarnation `generation`; false if nobody listens.
     pub(crate) fn notify(&self, slot: u32, generation: u32, what: Notice) -> bool {
-        let Some(sink) = self.bindings.get(&slot).and_then(|b| b.sink.clone()) else { return false };
+        let sink = self.binding(slot).and_then(|b| b.as_ref().and_then(|b| b.sink.clone()));
+        let Some(sink) = sink else { return false };
         sink(SlotNotice { slot, generation, what });
         true
     }
 
-    pub(crate) fn unclaim(&self, slot: u32) {
-        self.bindings.remove(&slot);
+    /// The slot is no longer the tree's; returns the name its dead letters were filed under.
+    pub(crate) fn unclaim(&self, slot: u32) -> Option<String> {
+        self.binding(slot).and_then(|mut b| b.take()).map(|b| b.target)
     }
 
     /// Routes one device event: its undeliverable messages to the dead-letter queue, the end of an
@@ -108,7 +119,7 @@ impl DeviceSlots {
             return;
         }
         let slot = event.event.slot;
-        let (sink, target) = match self.bindings.get(&slot) {
+        let (sink, target) = match self.binding(slot).as_ref().and_then(|b| b.as_ref()) {
             Some(b) => (b.sink.clone(), (!event.undelivered.is_empty()).then(|| b.target.clone())),
             None => (None, None),
         };

@@ -65,10 +65,12 @@ impl SupervisorState {
                 if let Some(name) = child.spec.name.clone() {
                     let handle = child.handle();
                     let registry = self.services.registry();
-                    if registry.lookup(&name).is_some_and(|b| b.same_child(&handle)) {
-                        registry.rebound(&name);
-                    } else if let Err(e) = registry.bind(&name, handle) {
-                        tracing::warn!(supervisor = %self.id, child = %id, error = %e, "registry name not bound");
+                    match registry.bind_new(&name, handle) {
+                        Ok(true) => {}
+                        Ok(false) => registry.rebound(&name),
+                        Err(e) => {
+                            tracing::warn!(supervisor = %self.id, child = %id, error = %e, "registry name not bound")
+                        }
                     }
                 }
                 tracing::info!(supervisor = %self.id, child = %id, attempt, "child started");
