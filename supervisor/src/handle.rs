@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use ractor::ActorCell;
 use ringvisor_device::{Device, DeviceError, Reply};
-use tokio::sync::watch;
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
 use crate::gpu::slots::DeviceSlots;
 use crate::gpu::Notice;
 use crate::reason::ExitReason;
-use crate::status::{ChildStatus, Incarnation};
+use crate::status::{ChildStatus, Incarnation, StatusCell};
 use crate::sync::lock;
 
 /// The GPU side of a child: its device, its slot and the messages parked while the slot does not accept any.
@@ -55,7 +54,7 @@ impl GpuActorShared {
 pub(crate) struct ChildShared {
     pub(crate) id: String,
     pub(crate) name: Option<String>,
-    status: watch::Sender<ChildStatus>,
+    status: StatusCell,
     actor: Mutex<Option<ActorCell>>,
     pub(crate) gpu_actor: Option<GpuActorShared>,
 }
@@ -69,7 +68,7 @@ impl ChildShared {
         Arc::new(Self {
             id,
             name,
-            status: watch::Sender::new(ChildStatus::Starting),
+            status: StatusCell::new(ChildStatus::Starting),
             actor: Mutex::new(None),
             gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
                 slots,
@@ -82,7 +81,7 @@ impl ChildShared {
     }
 
     pub(crate) fn status(&self) -> ChildStatus {
-        *self.status.borrow()
+        self.status.get()
     }
 
     /// The name messages to this child are filed under in the dead-letter queue.
@@ -99,7 +98,7 @@ impl ChildShared {
                     gpu.generation.store(*generation, Ordering::Release);
                 }
                 let mut parked = lock(&gpu.parked);
-                self.status.send_replace(ChildStatus::Running);
+                self.status.set(ChildStatus::Running);
                 while let Some(payload) = parked.pop_front() {
                     match gpu.device().send_timeout(gpu.slot(), &payload, Duration::from_secs(1)) {
                         Ok(_) => {}
@@ -120,7 +119,7 @@ impl ChildShared {
                 }
             }
             None => {
-                self.status.send_replace(ChildStatus::Running);
+                self.status.set(ChildStatus::Running);
             }
         }
     }
@@ -134,7 +133,7 @@ impl ChildShared {
             Some(gpu) => {
                 gpu.generation.store(0, Ordering::Release);
                 let mut parked = lock(&gpu.parked);
-                self.status.send_replace(status);
+                self.status.set(status);
                 if status.has_ended() {
                     for payload in parked.drain(..) {
                         gpu.dead_letter(DeadLetterReason::DeadTarget, self.target(), payload);
@@ -142,7 +141,7 @@ impl ChildShared {
                 }
             }
             None => {
-                self.status.send_replace(status);
+                self.status.set(status);
             }
         }
     }
@@ -204,14 +203,14 @@ impl ChildRef {
 
     /// Waits until the child is running (returns true) or gone / stopped / past `timeout` (false).
     pub async fn wait_running(&self, timeout: Duration) -> bool {
-        let mut rx = self.shared.status.subscribe();
-        let settled = tokio::time::timeout(timeout, async {
-            rx.wait_for(|s| matches!(s, ChildStatus::Running | ChildStatus::Stopped | ChildStatus::Gone))
-                .await
-                .map(|s| *s)
-        })
+        let settled = tokio::time::timeout(
+            timeout,
+            self.shared
+                .status
+                .wait_for(|s| matches!(s, ChildStatus::Running | ChildStatus::Stopped | ChildStatus::Gone)),
+        )
         .await;
-        matches!(settled, Ok(Ok(ChildStatus::Running)))
+        matches!(settled, Ok(ChildStatus::Running))
     }
 
     /// True when both handles designate the same child (the same spec, across restarts).
@@ -472,9 +471,8 @@ impl GpuActorRef {
         let gpu = self.gpu();
         fits_device(gpu.device(), payload)?;
         let deadline = Instant::now() + timeout;
-        let mut status_rx = self.shared.status.subscribe();
         loop {
-            let status = *status_rx.borrow_and_update();
+            let status = self.shared.status();
             if status.has_ended() {
                 return Err(self.refuse_ended(status, [payload]));
             }
@@ -485,8 +483,10 @@ impl GpuActorRef {
             match gpu.device().call_async(gpu.slot(), payload, left).await {
                 Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                     // Down between incarnations: wait for a status change (or poll, for a drain in progress).
-                    let wait = tokio::time::timeout(Duration::from_millis(2), status_rx.changed());
-                    let _ = tokio::time::timeout(left, wait).await;
+                    let change = self.shared.status.next_change();
+                    if self.shared.status() == status {
+                        let _ = tokio::time::timeout(left.min(Duration::from_millis(2)), change).await;
+                    }
                 }
                 Err(DeviceError::Timeout) => return Err(SendError::Timeout),
                 Err(DeviceError::InboxFull { .. }) => {

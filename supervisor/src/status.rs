@@ -5,7 +5,10 @@
 //! - [`ChildStatus`]: what the child's handles see, with the finer distinctions they act on (a first start,
 //!   a spec kept but not running, gone for good).
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use ractor::ActorCell;
+use tokio::sync::Notify;
 
 /// Where a child is in its life, as its handles see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -21,6 +24,54 @@ pub enum ChildStatus {
     Stopped,
     /// Gone for good: temporary and ended, deleted, or its supervisor stopped.
     Gone,
+}
+
+impl ChildStatus {
+    const ALL: [ChildStatus; 5] =
+        [ChildStatus::Starting, ChildStatus::Running, ChildStatus::Restarting, ChildStatus::Stopped, ChildStatus::Gone];
+}
+
+/// A child's current status, read at any time and waited on for changes: an atomic and a `Notify`, kept in
+/// the child's shared state without an allocation of its own (a tree of 100,000 children has 100,000).
+pub(crate) struct StatusCell {
+    value: AtomicU8,
+    changed: Notify,
+}
+
+impl StatusCell {
+    pub(crate) fn new(status: ChildStatus) -> Self {
+        Self { value: AtomicU8::new(status as u8), changed: Notify::new() }
+    }
+
+    pub(crate) fn get(&self) -> ChildStatus {
+        ChildStatus::ALL[self.value.load(Ordering::Acquire) as usize]
+    }
+
+    /// Sets the status and wakes whoever waits for a change.
+    pub(crate) fn set(&self, status: ChildStatus) {
+        self.value.store(status as u8, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// A change from now on: the future completes at the next [`StatusCell::set`] after this call, even
+    /// one made before it is first polled.
+    pub(crate) fn next_change(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let mut notified = Box::pin(self.changed.notified());
+        notified.as_mut().enable();
+        notified
+    }
+
+    /// Waits until the status satisfies `done`, and returns it.
+    pub(crate) async fn wait_for(&self, done: impl Fn(ChildStatus) -> bool) -> ChildStatus {
+        loop {
+            let change = self.next_change();
+            let status = self.get();
+            if done(status) {
+                return status;
+            }
+            change.await;
+        }
+    }
 }
 
 /// A child's run state as `which_children` reports it.
