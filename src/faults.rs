@@ -17,7 +17,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use ringvisor_device::{DeviceError, DeviceFault, SlotFault};
+use ringvisor_device::{Device, DeviceError, DeviceFault, SlotFault};
 use ringvisor_supervisor::{ChildRef, ChildStatus, EventFault, ExitReason, RegistryError, Services};
 
 /// A fault aimed at supervised children by registry name or pattern, through
@@ -124,14 +124,29 @@ impl<'a> FaultInjector<'a> {
     /// Injects `fault` into every running child whose name matches `target` (an exact name or a pattern);
     /// returns how many were hit. Children that are not running, or of the wrong kind for the fault (a
     /// device fault on a host actor, `KillSupervisor` on a worker), are skipped. A device-wide fault hits
-    /// the device once (returns 1) whatever `target` matched.
+    /// each device that runs a matched GPU child once (the first device if none does), and returns how many
+    /// devices it hit.
     pub fn inject(&self, target: &str, fault: InjectedFault) -> Result<usize, FaultError> {
         let found = self.services.registry().find(target)?;
         if found.is_empty() {
             return Err(FaultError::NoTarget(target.to_string()));
         }
         if fault.is_device_wide() {
-            return self.inject_device(fault).map(usize::from);
+            let mut devices: Vec<Device> = Vec::new();
+            for gpu in found.iter().filter_map(|(_, child)| child.gpu()) {
+                let device = gpu.device();
+                if !devices.iter().any(|d| d.same_device(&device)) {
+                    devices.push(device);
+                }
+            }
+            if devices.is_empty() {
+                devices.extend(self.services.device());
+            }
+            let mut hit = 0;
+            for device in devices {
+                hit += usize::from(inject_into_device(device, fault)?);
+            }
+            return Ok(hit);
         }
         let mut hit = 0;
         for (_, child) in &found {
@@ -206,28 +221,40 @@ impl<'a> FaultInjector<'a> {
         }
     }
 
-    /// Injects a device-wide fault (`StallDevice`, `LoseDevice`) into the device the tree runs on now.
+    /// Injects a device-wide fault (`StallDevice`, `LoseDevice`) into the tree's first device as it is now.
     /// Returns false for other faults, or if the device is already lost.
     pub fn inject_device(&self, fault: InjectedFault) -> Result<bool, FaultError> {
-        let Some(device) = self.services.device() else { return Ok(false) };
-        let result = match fault {
-            InjectedFault::StallDevice(d) => device.inject_device(DeviceFault::Stall).map(|()| {
-                std::thread::spawn(move || {
-                    std::thread::sleep(d);
-                    let _ = device.inject_device(DeviceFault::Resume);
-                });
-            }),
-            InjectedFault::LoseDevice => device.inject_device(DeviceFault::Halt),
-            _ => return Ok(false),
-        };
-        match result {
-            Ok(()) => {
-                tracing::info!(fault = fault.label(), "device fault injected");
-                Ok(true)
-            }
-            Err(DeviceError::DeviceLost | DeviceError::Closed) => Ok(false),
-            Err(e) => Err(e.into()),
+        self.inject_device_at(0, fault)
+    }
+
+    /// [`FaultInjector::inject_device`] into device `index` of the runtime's devices (false if there is none).
+    pub fn inject_device_at(&self, index: usize, fault: InjectedFault) -> Result<bool, FaultError> {
+        match self.services.device_at(index) {
+            Some(device) => inject_into_device(device, fault),
+            None => Ok(false),
         }
+    }
+}
+
+/// Injects a device-wide fault into `device`; false for other faults, or if the device is already lost.
+fn inject_into_device(device: Device, fault: InjectedFault) -> Result<bool, FaultError> {
+    let result = match fault {
+        InjectedFault::StallDevice(d) => device.inject_device(DeviceFault::Stall).map(|()| {
+            std::thread::spawn(move || {
+                std::thread::sleep(d);
+                let _ = device.inject_device(DeviceFault::Resume);
+            });
+        }),
+        InjectedFault::LoseDevice => device.inject_device(DeviceFault::Halt),
+        _ => return Ok(false),
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!(fault = fault.label(), "device fault injected");
+            Ok(true)
+        }
+        Err(DeviceError::DeviceLost | DeviceError::Closed) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -33,7 +33,7 @@ pub mod prelude {
     pub use crate::faults::InjectedFault;
     pub use crate::supervisor::{
         AutoShutdown, Backoff, ChildRef, ChildSpec, ChildStatus, DeadLetter, DeadLetterReason, ExitReason, GpuActorRef,
-        GpuChild, Restart, SendError, Shutdown, SpecLoader, Strategy, SupervisorSpec, TreeEvent,
+        GpuChild, Placement, Restart, SendError, Shutdown, SpecLoader, Strategy, SupervisorSpec, TreeEvent,
     };
     pub use crate::{Runtime, RuntimeEnd, RuntimeError};
     pub use std::time::Duration;

@@ -272,7 +272,7 @@ impl Monitor {
                     nested = SupervisorRef::from_child(&c.child).map(|s| Walk::Expand(s, c.id.clone(), depth + 1));
                 } else if let Some(gpu) = c.child.gpu() {
                     row.kind = ChildKind::Gpu;
-                    self.sample_slot(&mut row, gpu.device(), gpu.slot(), now, dt);
+                    self.sample_slot(&mut row, &gpu.device(), gpu.slot(), now, dt);
                     total_rate += row.msgs_per_sec;
                 }
                 level.push(Walk::Row(row));
@@ -370,6 +370,9 @@ pub fn describe_event(e: &TreeEvent) -> String {
             Some(to) => format!("{child}: slot {slot} quarantined, moved to slot {to}"),
             None => format!("{child}: slot {slot} quarantined, no free slot"),
         },
+        TreeEvent::DeviceMoved { child, from, to } => {
+            format!("{child}: device {} lost (slot {}), moved to device {} slot {}", from.0, from.1, to.0, to.1)
+        }
         TreeEvent::IntensityReached { supervisor } => format!("{supervisor}: restart intensity reached, escalating"),
         TreeEvent::AutoShutdown { supervisor } => format!("{supervisor}: auto shutdown"),
         TreeEvent::SupervisorStopped { supervisor, reason, .. } => format!("{supervisor}: stopped ({reason})"),

@@ -90,6 +90,7 @@ pub fn event_json(e: &TreeEvent) -> Value {
         TreeEvent::ChildExited { supervisor, child, .. } => ("child_exited", Some(supervisor), Some(child)),
         TreeEvent::Restarting { supervisor, child } => ("restarting", Some(supervisor), Some(child)),
         TreeEvent::SlotQuarantined { child, .. } => ("slot_quarantined", None, Some(child)),
+        TreeEvent::DeviceMoved { child, .. } => ("device_moved", None, Some(child)),
         TreeEvent::IntensityReached { supervisor } => ("intensity_reached", Some(supervisor), None),
         TreeEvent::AutoShutdown { supervisor } => ("auto_shutdown", Some(supervisor), None),
         TreeEvent::SupervisorStopped { supervisor, .. } => ("supervisor_stopped", Some(supervisor), None),

@@ -21,6 +21,12 @@ pub enum RuntimeError {
     /// The device could not be opened.
     #[error("device: {0}")]
     Device(#[from] DeviceError),
+    /// Device `index` of several could not be opened.
+    #[error("device {0}: {1}")]
+    DeviceAt(usize, DeviceError),
+    /// The builder was given an empty list of devices.
+    #[error("a runtime needs at least one device")]
+    NoDevice,
     /// The spec file is invalid (every problem, with its path).
     #[error("invalid spec:\n{0}")]
     Spec(#[from] SpecErrors),
@@ -31,7 +37,7 @@ pub enum RuntimeError {
 
 /// How to build a [`Runtime`].
 pub struct RuntimeBuilder {
-    device: DeviceConfig,
+    devices: Vec<DeviceConfig>,
     dead_letters: DeadLetters,
     root_id: String,
     device_restarts: (u32, Duration),
@@ -44,9 +50,19 @@ pub const TOP_SUPERVISOR: &str = "ringvisor";
 pub const DEVICE_CHILD: &str = "device";
 
 impl RuntimeBuilder {
-    /// The device configuration (default: [`DeviceConfig::default`], the CPU backend).
+    /// The device configuration (default: one device, [`DeviceConfig::default`], the CPU backend).
     pub fn device(mut self, config: DeviceConfig) -> Self {
-        self.device = config;
+        self.devices = vec![config];
+        self
+    }
+
+    /// Several devices, device `i` opened with `configs[i]` (on the CPU backend, independent executors; on
+    /// CUDA, one per GPU by each config's ordinal). GPU children are placed on them by their
+    /// [`Placement`](ringvisor_supervisor::Placement). With more than one device, a lost device fails only
+    /// the GPU children it held (reason `device_lost`); the runtime opens a new device in its place, and
+    /// the children's supervisors restart them there, or on another device if they fail over.
+    pub fn devices(mut self, configs: impl IntoIterator<Item = DeviceConfig>) -> Self {
+        self.devices = configs.into_iter().collect();
         self
     }
 
@@ -83,10 +99,14 @@ impl RuntimeBuilder {
     /// tree is started again from its spec. If the root supervisor itself gives up (its intensity
     /// exceeded), the runtime shuts down.
     pub async fn start(self, spec: SupervisorSpec) -> Result<Runtime, RuntimeError> {
+        if self.devices.is_empty() {
+            return Err(RuntimeError::NoDevice);
+        }
         spec.validate()?;
-        let device = Device::open(self.device.clone())?;
-        let services = Services::with_device_and_dead_letters(device.clone(), self.dead_letters);
-        let keeper = DeviceKeeper { config: self.device, quarantine_limit: self.quarantine_limit };
+        spec.validate_devices(self.devices.len())?;
+        let devices = open_devices(&self.devices)?;
+        let services = Services::with_devices(devices.clone(), self.dead_letters);
+        let keeper = DeviceKeeper { configs: self.devices, quarantine_limit: self.quarantine_limit };
         let (max, period) = self.device_restarts;
         let top = SupervisorSpec::new(Strategy::OneForAll)
             .intensity(max, period)
@@ -109,7 +129,7 @@ impl RuntimeBuilder {
         match started.await {
             Ok(rt) => Ok(rt),
             Err(e) => {
-                device.shutdown();
+                devices.iter().for_each(Device::shutdown);
                 Err(e.below(&[TOP_SUPERVISOR, &self.root_id]).into())
             }
         }
@@ -118,7 +138,11 @@ impl RuntimeBuilder {
     /// Opens the device and starts the tree described by a TOML file (see `ringvisor_supervisor::config`).
     /// Behaviour names are checked against the device's behaviours; `loader` resolves host actors.
     pub async fn start_toml(self, path: impl AsRef<Path>, loader: SpecLoader) -> Result<Runtime, RuntimeError> {
-        let loader = loader.behaviours(self.device.behaviours.names().map(str::to_string));
+        let mut behaviours: Vec<String> = Vec::new();
+        for config in &self.devices {
+            behaviours.extend(config.behaviours.names().map(str::to_string));
+        }
+        let loader = loader.behaviours(behaviours).devices(self.devices.len());
         let spec = loader.load_file(path)?;
         self.start(spec).await
     }
@@ -137,7 +161,7 @@ impl Runtime {
     /// A builder with defaults.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
-            device: DeviceConfig::default(),
+            devices: vec![DeviceConfig::default()],
             dead_letters: DeadLetters::default(),
             root_id: "root".into(),
             device_restarts: (3, Duration::from_secs(60)),
@@ -150,9 +174,19 @@ impl Runtime {
         Self::builder().device(config).start(spec).await
     }
 
-    /// The device the tree runs on now (a new one after a device restart).
+    /// The device the tree runs on now (a new one after a device restart); with several devices, device 0.
     pub fn device(&self) -> Device {
         self.services.device().expect("a runtime always has a device")
+    }
+
+    /// Device `index` as it is now (`None` beyond the runtime's devices).
+    pub fn device_at(&self, index: usize) -> Option<Device> {
+        self.services.device_at(index)
+    }
+
+    /// Every device of the runtime, by index.
+    pub fn devices(&self) -> Vec<Device> {
+        self.services.devices()
     }
 
     /// What the tree shares (registry, dead letters, tree events).
@@ -211,67 +245,114 @@ impl Runtime {
         known.unwrap_or(RuntimeEnd::Shutdown)
     }
 
-    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the device.
+    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the devices.
     pub async fn shutdown(self) {
         self.top.shutdown().await;
-        if let Some(device) = self.services.device() {
-            device.shutdown();
-        }
+        self.services.devices().iter().for_each(Device::shutdown);
     }
 }
 
-/// The device as a supervised child of the top supervisor: it opens a new device when it is restarted, and
-/// exits abnormally when its device is lost or has too many quarantined slots, so that the top supervisor
-/// (one_for_all) stops the tree, restarts the device and starts the tree again.
+/// Opens one device per config; if one fails, those already open are shut down.
+fn open_devices(configs: &[DeviceConfig]) -> Result<Vec<Device>, RuntimeError> {
+    let mut devices = Vec::with_capacity(configs.len());
+    for (index, config) in configs.iter().enumerate() {
+        match Device::open(config.clone()) {
+            Ok(device) => devices.push(device),
+            Err(e) => {
+                devices.iter().for_each(Device::shutdown);
+                return Err(if configs.len() == 1 {
+                    RuntimeError::Device(e)
+                } else {
+                    RuntimeError::DeviceAt(index, e)
+                });
+            }
+        }
+    }
+    Ok(devices)
+}
+
+/// The devices as a supervised child of the top supervisor. With one device: it opens a new device when it
+/// is restarted, and exits abnormally when its device is lost or has too many quarantined slots, so that the
+/// top supervisor (one_for_all) stops the tree, restarts the device and starts the tree again. With several
+/// devices, a lost device is replaced in place (its children fail with `device_lost` and their supervisors
+/// restart them); the keeper exits (restarting everything) only if the replacement cannot be opened or a
+/// device has too many quarantined slots.
 struct DeviceKeeper {
-    config: DeviceConfig,
+    configs: Vec<DeviceConfig>,
     quarantine_limit: usize,
 }
 
-/// How often the keeper looks at the device.
+/// How often the keeper looks at the devices.
 const KEEPER_CHECK: Duration = Duration::from_millis(20);
 
 impl ActorFactory for DeviceKeeper {
     fn start(&self, ctx: StartContext) -> BoxFuture<Result<ActorCell, String>> {
-        let (config, limit) = (self.config.clone(), self.quarantine_limit);
+        let (configs, limit) = (self.configs.clone(), self.quarantine_limit);
         Box::pin(async move {
             if ctx.attempt > 1 {
-                // A restart: the tree on the old device is stopped (one_for_all); bring up a new kernel.
-                if let Some(old) = ctx.services.device() {
-                    old.shutdown();
+                // A restart: the tree on the old devices is stopped (one_for_all); bring up new kernels.
+                ctx.services.devices().iter().for_each(Device::shutdown);
+                for (index, config) in configs.iter().enumerate() {
+                    let device =
+                        Device::open(config.clone()).map_err(|e| format!("cannot reopen device {index}: {e}"))?;
+                    tracing::warn!(attempt = ctx.attempt, index, backend = %device.describe(), "device restarted");
+                    metrics::counter!("ringvisor_device_restarts_total").increment(1);
+                    ctx.services.replace_device_at(index, device);
                 }
-                let device = Device::open(config).map_err(|e| format!("cannot reopen the device: {e}"))?;
-                tracing::warn!(attempt = ctx.attempt, backend = %device.describe(), "device restarted");
-                metrics::counter!("ringvisor_device_restarts_total").increment(1);
-                ctx.services.replace_device(device);
             }
-            ctx.spawn_linked(KeeperActor, (ctx.services.clone(), limit)).await
+            ctx.spawn_linked(KeeperActor, Keeper { services: ctx.services.clone(), configs, limit }).await
         })
     }
 }
 
 struct KeeperActor;
 
+/// What the keeper watches: the tree's devices, with the configs to reopen them.
+struct Keeper {
+    services: Services,
+    configs: Vec<DeviceConfig>,
+    limit: usize,
+}
+
+impl Keeper {
+    /// One look at every device; `Err` makes the keeper exit (the whole tree restarts).
+    fn check(&self) -> Result<(), String> {
+        let several = self.configs.len() > 1;
+        for (index, config) in self.configs.iter().enumerate() {
+            let device = self.services.device_at(index).ok_or("no device")?;
+            if device.health() == DeviceHealth::Lost {
+                if !several {
+                    return Err("device lost: block 0 stopped answering".into());
+                }
+                // Its children exit `device_lost` (routed from the device's events); those restarted wait for
+                // this replacement.
+                let new = Device::open(config.clone())
+                    .map_err(|e| format!("device {index} lost, and a new one cannot be opened: {e}"))?;
+                tracing::warn!(index, backend = %new.describe(), "lost device replaced");
+                metrics::counter!("ringvisor_device_restarts_total").increment(1);
+                self.services.replace_device_at(index, new);
+            }
+            let quarantined = self.services.quarantined_slots_on(index).len();
+            if quarantined > self.limit {
+                let on = if several { format!(" on device {index}") } else { String::new() };
+                return Err(format!("{quarantined} slots quarantined{on} (limit {})", self.limit));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Actor for KeeperActor {
     type Msg = ();
-    type State = (Services, usize);
-    type Arguments = (Services, usize);
+    type State = Keeper;
+    type Arguments = Keeper;
 
     async fn pre_start(&self, myself: ActorRef<()>, args: Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(KEEPER_CHECK, || ());
         Ok(args)
     }
 
-    async fn handle(&self, _: ActorRef<()>, _: (), state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let (services, limit) = state;
-        let device = services.device().ok_or("no device")?;
-        if device.health() == DeviceHealth::Lost {
-            return Err("device lost: block 0 stopped answering".into());
-        }
-        let quarantined = services.quarantined_slots().len();
-        if quarantined > *limit {
-            return Err(format!("{quarantined} slots quarantined (limit {limit})").into());
-        }
-        Ok(())
+    async fn handle(&self, _: ActorRef<()>, _: (), keeper: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        keeper.check().map_err(Into::into)
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorCell};
 
+use crate::policy::Placement;
 use crate::services::Services;
 
 /// The reason a spawn failed, without ractor's wrapping.
@@ -73,12 +74,15 @@ enum GpuInit {
     PerAttempt(Arc<dyn Fn(u32) -> Vec<u8> + Send + Sync>),
 }
 
-/// A GPU actor child: a behaviour (by name), its init bytes, and optionally a fixed slot.
+/// A GPU actor child: a behaviour (by name), its init bytes, where it runs (a device placement, optionally a
+/// fixed slot) and what happens when its device is lost.
 #[derive(Clone)]
 pub struct GpuChild {
     behaviour: String,
     init: GpuInit,
     slot: Option<u32>,
+    placement: Placement,
+    failover: bool,
     start_timeout: Duration,
     heartbeat_timeout: Option<Duration>,
 }
@@ -88,6 +92,8 @@ impl fmt::Debug for GpuChild {
         f.debug_struct("GpuChild")
             .field("behaviour", &self.behaviour)
             .field("slot", &self.slot)
+            .field("placement", &self.placement)
+            .field("failover", &self.failover)
             .field("start_timeout", &self.start_timeout)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .finish()
@@ -101,6 +107,8 @@ impl GpuChild {
             behaviour: behaviour.into(),
             init: GpuInit::Fixed(Vec::new()),
             slot: None,
+            placement: Placement::default(),
+            failover: false,
             start_timeout: Duration::from_secs(5),
             heartbeat_timeout: Some(DEFAULT_HEARTBEAT_TIMEOUT),
         }
@@ -136,6 +144,28 @@ impl GpuChild {
         self
     }
 
+    /// Pins the child to device `index` of the runtime's devices (shorthand for
+    /// `placement(Placement::Device(index))`).
+    pub fn device(self, index: u32) -> Self {
+        self.placement(Placement::Device(index))
+    }
+
+    /// Where the child takes its slot when the runtime has several devices (default
+    /// [`Placement::FewestInUse`]). The device is chosen when the child is added; it changes only when that
+    /// device is lost (see [`GpuChild::failover`]).
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// When the child's device is lost, restart it on another device with a free slot (chosen by its
+    /// placement among the devices still running) instead of on the device that replaces the lost one
+    /// (the default). A child pinned to a device fails over too when this is set.
+    pub fn failover(mut self, failover: bool) -> Self {
+        self.failover = failover;
+        self
+    }
+
     /// How long a start may wait for the device's answer (default 5 s).
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
@@ -150,6 +180,16 @@ impl GpuChild {
     /// The slot asked for, if any.
     pub fn wanted_slot(&self) -> Option<u32> {
         self.slot
+    }
+
+    /// Where the child takes its slot.
+    pub fn wanted_placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// Whether the child moves to another device when its own is lost.
+    pub fn fails_over(&self) -> bool {
+        self.failover
     }
 
     pub(crate) fn timeout(&self) -> Duration {

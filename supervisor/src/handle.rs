@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ractor::ActorCell;
@@ -16,14 +16,20 @@ use crate::gpu::slots::DeviceSlots;
 use crate::gpu::Notice;
 use crate::reason::ExitReason;
 use crate::status::{ChildStatus, Incarnation, StatusCell};
-use crate::sync::lock;
+use crate::sync::{lock, read, write};
+
+/// Where a GPU child lives: its device (as the tree sees it) and its slot there.
+struct Home {
+    slots: Arc<DeviceSlots>,
+    slot: u32,
+}
 
 /// The GPU side of a child: its device, its slot and the messages parked while the slot does not accept any.
 pub(crate) struct GpuActorShared {
-    /// The device the child was started on (a device restart starts a new tree with new handles).
-    pub(crate) slots: Arc<DeviceSlots>,
-    /// The slot; it changes only if the slot is quarantined and the child moves.
-    slot: AtomicU32,
+    /// The device and slot, read and changed together (a message must never reach the slot of the same
+    /// number on another device). They change only between incarnations: the slot when it is quarantined
+    /// and the child moves, the device when it is lost and the child moves to another.
+    home: RwLock<Home>,
     /// The running incarnation's generation (0 while none runs).
     generation: AtomicU32,
     parked: Mutex<VecDeque<Vec<u8>>>,
@@ -31,17 +37,34 @@ pub(crate) struct GpuActorShared {
 }
 
 impl GpuActorShared {
-    pub(crate) fn device(&self) -> &Device {
-        &self.slots.device
+    /// Runs `f` on the child's device and slot, read together.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Device, u32) -> R) -> R {
+        let home = read(&self.home);
+        f(&home.slots.device, home.slot)
+    }
+
+    /// The child's device as the tree sees it, and its slot.
+    pub(crate) fn home(&self) -> (Arc<DeviceSlots>, u32) {
+        let home = read(&self.home);
+        (home.slots.clone(), home.slot)
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        read(&self.home).slots.device.clone()
     }
 
     pub(crate) fn slot(&self) -> u32 {
-        self.slot.load(Ordering::Acquire)
+        read(&self.home).slot
     }
 
-    /// The child moved off a quarantined slot.
+    /// The child moved off a quarantined slot, on the same device.
     pub(crate) fn move_to(&self, slot: u32) {
-        self.slot.store(slot, Ordering::Release);
+        write(&self.home).slot = slot;
+    }
+
+    /// The child moved to `slot` of another device (its own was lost).
+    pub(crate) fn move_to_device(&self, slots: Arc<DeviceSlots>, slot: u32) {
+        *write(&self.home) = Home { slots, slot };
     }
 
     /// Files a message from the host to this child, filed under `target`, as a dead letter.
@@ -71,8 +94,7 @@ impl ChildShared {
             status: StatusCell::new(ChildStatus::Starting),
             actor: Mutex::new(None),
             gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
-                slots,
-                slot: AtomicU32::new(slot),
+                home: RwLock::new(Home { slots, slot }),
                 generation: AtomicU32::new(0),
                 parked: Mutex::new(VecDeque::new()),
                 dead_letters,
@@ -100,7 +122,7 @@ impl ChildShared {
                 let mut parked = lock(&gpu.parked);
                 self.status.set(ChildStatus::Running);
                 while let Some(payload) = parked.pop_front() {
-                    match gpu.device().send_timeout(gpu.slot(), &payload, Duration::from_secs(1)) {
+                    match gpu.with(|device, slot| device.send_timeout(slot, &payload, Duration::from_secs(1))) {
                         Ok(_) => {}
                         Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                             // Down again already: keep it (and the rest) for the next incarnation.
@@ -236,13 +258,15 @@ impl GpuActorRef {
         self.shared.gpu_actor.as_ref().expect("a GpuActorRef is only made for GPU children")
     }
 
-    /// The device the child runs on (the one it was started on; a device restart starts a new tree).
-    pub fn device(&self) -> &Device {
+    /// The device the child runs on: the one it was started on, unless that device was lost and the child
+    /// moved to another when it restarted (a runtime on several devices; with one device, a device restart
+    /// starts a new tree).
+    pub fn device(&self) -> Device {
         self.gpu().device()
     }
 
-    /// The device slot the child lives in (the same across restarts, unless its slot is quarantined and the
-    /// child moves).
+    /// The device slot the child lives in (the same across restarts, unless its slot is quarantined or its
+    /// device lost, and the child moves).
     pub fn slot(&self) -> u32 {
         self.gpu().slot()
     }
@@ -265,7 +289,8 @@ impl GpuActorRef {
     pub fn exit(&self, reason: ExitReason) -> bool {
         let gpu = self.gpu();
         let generation = gpu.generation.load(Ordering::Acquire);
-        generation != 0 && gpu.slots.notify(gpu.slot(), generation, Notice::Exit(reason))
+        let (slots, slot) = gpu.home();
+        generation != 0 && slots.notify(slot, generation, Notice::Exit(reason))
     }
 
     /// The generic handle.
@@ -298,7 +323,7 @@ impl GpuActorRef {
 
     fn send_until(&self, payload: &[u8], timeout: Option<Duration>) -> Result<(), SendError> {
         let gpu = self.gpu();
-        fits_device(gpu.device(), payload)?;
+        gpu.with(|device, _| fits_device(device, payload))?;
         // The parked queue's lock orders this send against `set_running`'s flush and `set_down`.
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
@@ -309,10 +334,10 @@ impl GpuActorRef {
         if !parked.is_empty() {
             return self.park(&mut parked, payload);
         }
-        let sent = match timeout {
-            None => gpu.device().send(gpu.slot(), payload),
-            Some(t) => gpu.device().send_timeout(gpu.slot(), payload, t),
-        };
+        let sent = gpu.with(|device, slot| match timeout {
+            None => device.send(slot, payload),
+            Some(t) => device.send_timeout(slot, payload, t),
+        });
         match sent {
             Ok(_) => Ok(()),
             // Between incarnations, or moving off a quarantined slot: wait for the next incarnation.
@@ -335,9 +360,7 @@ impl GpuActorRef {
     /// inbox's worth); to a child gone for good they are dead letters and an error.
     pub fn send_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<usize, SendError> {
         let gpu = self.gpu();
-        for p in payloads {
-            fits_device(gpu.device(), p.as_ref())?;
-        }
+        gpu.with(|device, _| payloads.iter().try_for_each(|p| fits_device(device, p.as_ref())))?;
         let mut parked = lock(&gpu.parked);
         let status = self.shared.status();
         if status.has_ended() {
@@ -345,7 +368,7 @@ impl GpuActorRef {
             return Err(self.refuse_ended(status, payloads.iter().map(AsRef::as_ref)));
         }
         let park_all = |parked: &mut VecDeque<Vec<u8>>| {
-            let room = (gpu.device().inbox_capacity() as usize).saturating_sub(parked.len());
+            let room = (gpu.with(|device, _| device.inbox_capacity()) as usize).saturating_sub(parked.len());
             let n = room.min(payloads.len());
             parked.extend(payloads[..n].iter().map(|p| p.as_ref().to_vec()));
             Ok(n)
@@ -353,7 +376,7 @@ impl GpuActorRef {
         if !parked.is_empty() {
             return park_all(&mut parked);
         }
-        match gpu.device().send_batch(gpu.slot(), payloads) {
+        match gpu.with(|device, slot| device.send_batch(slot, payloads)) {
             Ok(n) => Ok(n),
             Err(DeviceError::InboxFull { .. }) => Ok(0),
             Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => park_all(&mut parked),
@@ -385,14 +408,14 @@ impl GpuActorRef {
         }
     }
 
-    /// The device the child runs on, with its slot pool.
-    pub(crate) fn device_slots(&self) -> &Arc<DeviceSlots> {
-        &self.gpu().slots
+    /// The device the child runs on (with its slot pool), and its slot there.
+    pub(crate) fn home(&self) -> (Arc<DeviceSlots>, u32) {
+        self.gpu().home()
     }
 
     fn park(&self, parked: &mut VecDeque<Vec<u8>>, payload: &[u8]) -> Result<(), SendError> {
         let gpu = self.gpu();
-        if parked.len() >= gpu.device().inbox_capacity() as usize {
+        if parked.len() >= gpu.with(|device, _| device.inbox_capacity()) as usize {
             self.dead_letter(DeadLetterReason::InboxFull, payload);
             return Err(SendError::InboxFull);
         }
@@ -433,8 +456,8 @@ impl GpuActorRef {
         if status.has_ended() {
             return Err(SendError::Gone { actor: self.shared.target(), status });
         }
-        let gpu = self.gpu();
-        gpu.device().read_state_async(gpu.slot(), timeout).await.map_err(|e| match e {
+        let (device, slot) = self.gpu().with(|device, slot| (device.clone(), slot));
+        device.read_state_async(slot, timeout).await.map_err(|e| match e {
             DeviceError::Timeout => SendError::Timeout,
             e => self.named(e),
         })
@@ -469,7 +492,7 @@ impl GpuActorRef {
     /// Sends a message and waits up to `timeout` for the reply, across a restart if one is under way.
     pub async fn call(&self, payload: &[u8], timeout: Duration) -> Result<Reply, SendError> {
         let gpu = self.gpu();
-        fits_device(gpu.device(), payload)?;
+        gpu.with(|device, _| fits_device(device, payload))?;
         let deadline = Instant::now() + timeout;
         loop {
             let status = self.shared.status();
@@ -480,7 +503,9 @@ impl GpuActorRef {
             if left.is_zero() {
                 return Err(SendError::Timeout);
             }
-            match gpu.device().call_async(gpu.slot(), payload, left).await {
+            // Read where the child lives on every attempt: a restart may have moved it.
+            let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
+            match device.call_async(slot, payload, left).await {
                 Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                     // Down between incarnations: wait for a status change (or poll, for a drain in progress).
                     let change = self.shared.status.next_change();

@@ -39,7 +39,7 @@ pub use dead_letter::{
 pub use error::{RegistryError, SendError, SupervisorError};
 pub use gpu::EventFault;
 pub use handle::{ChildRef, GpuActorRef};
-pub use policy::{AutoShutdown, Backoff, ChildType, Restart, Shutdown, Strategy};
+pub use policy::{AutoShutdown, Backoff, ChildType, Placement, Restart, Shutdown, Strategy};
 pub use reason::{stop_reason, ExitReason};
 pub use registry::{Registry, RegistryEvent};
 pub use rounded::Rounded;

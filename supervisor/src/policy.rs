@@ -19,6 +19,20 @@ pub enum Strategy {
     SimpleOneForOne,
 }
 
+/// On which device a GPU child takes its slot, when the runtime drives several devices (with one device
+/// every placement is that device).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// On the device with the most free slots (the lowest index among equals): the default.
+    #[default]
+    FewestInUse,
+    /// On the devices in turn, skipping those without a free slot.
+    RoundRobin,
+    /// On this device (its index among the runtime's devices, from 0).
+    Device(u32),
+}
+
 /// When a child is restarted (OTP's restart type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -31,6 +31,8 @@ pub mod stop_reason {
     pub const SHUTDOWN_PREFIX: &str = "shutdown:";
     /// `killed` (what ractor reports for a kill).
     pub const KILLED: &str = "killed";
+    /// `device_lost`: the abnormal exit of a GPU child whose device was lost (one of several devices).
+    pub const DEVICE_LOST: &str = "device_lost";
 }
 
 impl ExitReason {

@@ -1,16 +1,19 @@
-//! What a supervision tree shares: the registry, the dead-letter queue, the tree-event hub, and (when a
-//! device is attached) the device as the tree sees it (`gpu::slots::DeviceSlots`: slot pool, event routing).
+//! What a supervision tree shares: the registry, the dead-letter queue, the tree-event hub, and the devices
+//! it runs on, each as the tree sees it (`gpu::slots::DeviceSlots`: slot pool, event routing), with the
+//! placement of GPU children across them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ringvisor_device::Device;
+use ringvisor_device::{Device, DeviceHealth};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
 use crate::gpu::slots::DeviceSlots;
 use crate::gpu::EventFault;
 use crate::handle::GpuActorRef;
+use crate::policy::Placement;
 use crate::registry::Registry;
 use crate::sync::{read, write};
 use crate::tree_events::TreeEvents;
@@ -19,8 +22,17 @@ struct Inner {
     registry: Registry,
     dead_letters: DeadLetters,
     events: TreeEvents,
-    /// The device the tree runs on now (replaced by a device restart).
-    device_slots: Option<RwLock<Arc<DeviceSlots>>>,
+    /// The devices the tree runs on now, by index (each replaced when it is lost or restarted); empty for
+    /// host-only services.
+    devices: Vec<DeviceHome>,
+    /// The next turn of [`Placement::RoundRobin`].
+    next_turn: AtomicUsize,
+}
+
+/// One device index of the tree: the device there now, and a signal for those waiting for its replacement.
+struct DeviceHome {
+    current: RwLock<Arc<DeviceSlots>>,
+    replaced: tokio::sync::Notify,
 }
 
 /// The services a supervision tree shares. Cheap to clone.
@@ -32,7 +44,7 @@ pub struct Services {
 impl Services {
     /// Services for host actors only (GPU children fail to start with a clear error).
     pub fn host_only() -> Self {
-        Self::build(None, DeadLetters::default())
+        Self::build(Vec::new(), DeadLetters::default())
     }
 
     /// Services for a tree of GPU (and host) actors on `device`. Device events are routed (dead letters to
@@ -43,24 +55,58 @@ impl Services {
 
     /// Like [`Services::with_device`], with a dead-letter queue configured by the caller.
     pub fn with_device_and_dead_letters(device: Device, dead_letters: DeadLetters) -> Self {
-        let slots = DeviceSlots::attach_device(device, dead_letters.clone());
-        Self::build(Some(RwLock::new(slots)), dead_letters)
+        Self::with_devices(vec![device], dead_letters)
     }
 
-    fn build(device_slots: Option<RwLock<Arc<DeviceSlots>>>, dead_letters: DeadLetters) -> Self {
+    /// Services for a tree on several devices (device `i` is `devices[i]`; none: host actors only). GPU
+    /// children are placed by their [`Placement`]. With more than one device, a lost device fails only the
+    /// GPU children it held: each exits with reason `device_lost` and its supervisor acts on that exit as
+    /// on any other; a restarted child moves to the device that replaces it ([`Services::replace_device_at`])
+    /// or, if it fails over, to another device. With one device the runtime restarts the whole tree
+    /// instead, as before.
+    pub fn with_devices(devices: Vec<Device>, dead_letters: DeadLetters) -> Self {
+        let isolated = devices.len() > 1;
+        let homes = devices
+            .into_iter()
+            .enumerate()
+            .map(|(index, device)| DeviceHome {
+                current: RwLock::new(DeviceSlots::attach_device(device, dead_letters.clone(), index, isolated)),
+                replaced: tokio::sync::Notify::new(),
+            })
+            .collect();
+        Self::build(homes, dead_letters)
+    }
+
+    fn build(devices: Vec<DeviceHome>, dead_letters: DeadLetters) -> Self {
         let events = TreeEvents::default();
-        Self { inner: Arc::new(Inner { registry: Registry::new(), dead_letters, events, device_slots }) }
+        Self {
+            inner: Arc::new(Inner {
+                registry: Registry::new(),
+                dead_letters,
+                events,
+                devices,
+                next_turn: AtomicUsize::new(0),
+            }),
+        }
     }
 
-    /// Moves the tree to a new device (after the old one was lost or restarted): GPU children started from
-    /// now on get slots of `device`, with a fresh slot pool (no quarantined slot). Children of the old
-    /// device keep it until they stop; stop the tree on the old device first (the runtime does: a device
-    /// restart is one_for_all at the device level). Returns false for host-only services.
+    /// Moves the tree's first device to `device` (see [`Services::replace_device_at`]).
     pub fn replace_device(&self, device: Device) -> bool {
-        let Some(gpu) = &self.inner.device_slots else { return false };
-        let slots = DeviceSlots::attach_device(device, self.inner.dead_letters.clone());
-        *write(gpu) = slots;
-        metrics::gauge!("ringvisor_quarantined_slots").set(0.0);
+        self.replace_device_at(0, device)
+    }
+
+    /// Puts `device` in place of device `index` (after the old one was lost or restarted): GPU children
+    /// placed there from now on get slots of `device`, with a fresh slot pool (no quarantined slot), and
+    /// children of a lost device that restart move to it. Children still running on the old device keep it
+    /// until they stop. Returns false if there is no device `index`.
+    pub fn replace_device_at(&self, index: usize, device: Device) -> bool {
+        let Some(home) = self.inner.devices.get(index) else { return false };
+        let isolated = self.inner.devices.len() > 1;
+        let slots = DeviceSlots::attach_device(device, self.inner.dead_letters.clone(), index, isolated);
+        *write(&home.current) = slots;
+        home.replaced.notify_waiters();
+        let quarantined: usize = (0..self.device_count()).map(|i| self.quarantined_slots_on(i).len()).sum();
+        metrics::gauge!("ringvisor_quarantined_slots").set(quarantined as f64);
         true
     }
 
@@ -79,20 +125,40 @@ impl Services {
         &self.inner.events
     }
 
-    /// The device the tree runs on now, if one is attached.
+    /// The tree's first device (device 0), if it has one.
     pub fn device(&self) -> Option<Device> {
-        self.device_slots().map(|g| g.device.clone())
+        self.device_at(0)
     }
 
-    /// Device slots not yet given to a GPU child (0 without a device).
+    /// Device `index` as it is now (a lost or restarted device is replaced at the same index).
+    pub fn device_at(&self, index: usize) -> Option<Device> {
+        self.device_slots_at(index).map(|g| g.device.clone())
+    }
+
+    /// Every device of the tree, by index.
+    pub fn devices(&self) -> Vec<Device> {
+        (0..self.device_count()).filter_map(|i| self.device_at(i)).collect()
+    }
+
+    /// How many devices the tree runs on (0 for host-only services).
+    pub fn device_count(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// Device slots not yet given to a GPU child, on all devices (0 without a device).
     pub fn free_slots(&self) -> usize {
-        self.device_slots().map_or(0, |g| g.pool.free_count())
+        (0..self.device_count()).filter_map(|i| self.device_slots_at(i)).map(|g| g.pool.free_count()).sum()
     }
 
-    /// Slots of the current device given up on because their actors never acknowledged a kill; they come
-    /// back with the next device restart.
+    /// Slots of the first device given up on because their actors never acknowledged a kill; they come
+    /// back with the next device restart (see [`Services::quarantined_slots_on`] for the other devices).
     pub fn quarantined_slots(&self) -> Vec<u32> {
-        self.device_slots().map_or_else(Vec::new, |g| g.pool.quarantined())
+        self.quarantined_slots_on(0)
+    }
+
+    /// Quarantined slots of device `index` (empty for a device that does not exist).
+    pub fn quarantined_slots_on(&self, index: usize) -> Vec<u32> {
+        self.device_slots_at(index).map_or_else(Vec::new, |g| g.pool.quarantined())
     }
 
     /// The GPU actor registered under `name`; an unknown name (or one bound to a host actor) makes the
@@ -141,15 +207,73 @@ impl Services {
     pub fn inject_event_fault(&self, name: &str, fault: EventFault, duration: Duration) -> bool {
         match self.registry().lookup(name).and_then(|c| c.gpu()) {
             Some(actor) => {
-                actor.device_slots().event_faults.inject(actor.slot(), fault, duration);
+                let (slots, slot) = actor.home();
+                slots.event_faults.inject(slot, fault, duration);
                 true
             }
             None => false,
         }
     }
 
-    /// The device the tree runs on now, with its slot pool.
-    pub(crate) fn device_slots(&self) -> Option<Arc<DeviceSlots>> {
-        self.inner.device_slots.as_ref().map(|g| read(g).clone())
+    /// Device `index` as the tree sees it now, with its slot pool.
+    pub(crate) fn device_slots_at(&self, index: usize) -> Option<Arc<DeviceSlots>> {
+        self.inner.devices.get(index).map(|h| read(&h.current).clone())
+    }
+
+    /// The device a new GPU child takes its slot on, by `placement` (see [`Placement`]), among the devices
+    /// with a free slot that are not lost, other than device `except`; `Err` says why there is none.
+    pub(crate) fn place(&self, placement: Placement, except: Option<usize>) -> Result<Arc<DeviceSlots>, String> {
+        let count = self.device_count();
+        if count == 0 {
+            return Err("needs a runtime with a device".to_string());
+        }
+        let usable = |s: &DeviceSlots| {
+            Some(s.index) != except && s.device.health() != DeviceHealth::Lost && s.pool.free_count() > 0
+        };
+        let none_free = || match except {
+            Some(i) => format!("no free slot on any of the {} but device {i}", plural_devices(count)),
+            None => format!("no free slot on any of the {}", plural_devices(count)),
+        };
+        match placement {
+            Placement::Device(index) => self
+                .device_slots_at(index as usize)
+                .ok_or_else(|| format!("device {index} does not exist ({})", plural_devices(count))),
+            Placement::FewestInUse => (0..count)
+                .filter_map(|i| self.device_slots_at(i))
+                .filter(|s| usable(s))
+                .max_by_key(|s| (s.pool.free_count(), std::cmp::Reverse(s.index)))
+                .ok_or_else(none_free),
+            Placement::RoundRobin => {
+                let turn = self.inner.next_turn.fetch_add(1, Ordering::Relaxed);
+                (0..count)
+                    .filter_map(|k| self.device_slots_at((turn + k) % count))
+                    .find(|s| usable(s))
+                    .ok_or_else(none_free)
+            }
+        }
+    }
+
+    /// Waits (up to `timeout`) until device `lost`'s index holds another device, and returns that one.
+    pub(crate) async fn replacement_of(&self, lost: &DeviceSlots, timeout: Duration) -> Option<Arc<DeviceSlots>> {
+        let home = self.inner.devices.get(lost.index)?;
+        let wait = async {
+            loop {
+                let replaced = home.replaced.notified();
+                let now = read(&home.current).clone();
+                if !now.device.same_device(&lost.device) {
+                    return now;
+                }
+                replaced.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
+    }
+}
+
+/// "1 device" / "3 devices: 0 to 2", for errors about device indices.
+pub(crate) fn plural_devices(count: usize) -> String {
+    match count {
+        1 => "the runtime has 1 device: 0".to_string(),
+        n => format!("the runtime has {n} devices: 0 to {}", n - 1),
     }
 }

@@ -65,6 +65,16 @@ pub enum TreeEvent {
         /// The slot the child moved to (`None`: no free slot, the start failed).
         to: Option<u32>,
     },
+    /// A GPU child whose device was lost moved to another device (the one that replaced it, or another by
+    /// failover) as it restarted. Places are (device index, slot).
+    DeviceMoved {
+        /// The child's id.
+        child: String,
+        /// Where it was: the lost device and its slot there.
+        from: (usize, u32),
+        /// Where it runs now.
+        to: (usize, u32),
+    },
     /// A supervisor exceeded its restart intensity and is shutting down.
     IntensityReached {
         /// The supervisor's id.

@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::error::SupervisorError;
-use crate::policy::{Restart, Strategy};
+use crate::policy::{Placement, Restart, Strategy};
 use crate::registry::validate_name;
+use crate::services::plural_devices;
 use crate::spec::{ChildSpec, ChildStart, SupervisorSpec};
 
 impl SupervisorSpec {
@@ -18,6 +19,45 @@ impl SupervisorSpec {
             Ok(())
         } else {
             Err(SupervisorError::InvalidSpec(problems.join("; ")))
+        }
+    }
+}
+
+impl SupervisorSpec {
+    /// Checks that every GPU child pinned to a device (`GpuChild::device`) names one of the `devices`
+    /// devices the tree will run on; each one that does not is reported with its path.
+    pub fn validate_devices(&self, devices: usize) -> Result<(), SupervisorError> {
+        let mut problems = Vec::new();
+        check_devices(self, "supervisor", devices, &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SupervisorError::InvalidSpec(problems.join("; ")))
+        }
+    }
+}
+
+/// Reports every GPU child of the tree pinned to a device beyond the first `devices`. Problems are
+/// `path: message`.
+pub(crate) fn check_devices(spec: &SupervisorSpec, path: &str, devices: usize, problems: &mut Vec<String>) {
+    for (i, child) in spec.children.iter().enumerate() {
+        match &child.start {
+            ChildStart::Gpu(g) => {
+                if let Placement::Device(n) = g.wanted_placement() {
+                    if n as usize >= devices {
+                        let child_path = ChildPath { parent: path, index: i };
+                        let why = plural_devices(devices);
+                        problems.push(format!("{child_path}.device: device {n} does not exist ({why})"));
+                    }
+                }
+            }
+            ChildStart::Supervisor(nested) => check_devices(
+                nested,
+                &format!("{}.supervisor", ChildPath { parent: path, index: i }),
+                devices,
+                problems,
+            ),
+            ChildStart::Actor(_) => {}
         }
     }
 }

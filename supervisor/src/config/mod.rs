@@ -16,6 +16,9 @@
 //! restart = "permanent"         # transient, temporary
 //! shutdown = 5000               # milliseconds, or "brutal_kill", or "infinity"
 //! name = "fleet/counters/main"  # registry name (optional)
+//! device = 1                    # GPU children: pin to device 1 of the runtime's devices, or
+//!                               # placement = "fewest_in_use" (the default) / "round_robin"
+//! failover = false              # GPU children: on losing its device, restart on another one
 //! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
 //!
 //! [[supervisor.children]]       # a template: 50 children, `{i}` = 0 to 49 in their strings
@@ -40,7 +43,7 @@ use ringvisor_device::layout::RV_INIT_BYTES;
 use toml::Value;
 
 use crate::child::{ActorFactory, GpuChild};
-use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
+use crate::policy::{AutoShutdown, Backoff, Placement, Restart, Shutdown, Strategy};
 use crate::spec::*;
 use crate::validate::check_tree;
 
@@ -84,6 +87,7 @@ impl fmt::Display for SpecErrors {
 #[derive(Default)]
 pub struct SpecLoader {
     behaviours: Option<BTreeSet<String>>,
+    devices: Option<usize>,
     actors: HashMap<String, Arc<dyn ActorFactory>>,
 }
 
@@ -97,6 +101,13 @@ impl SpecLoader {
     /// call, behaviour names are not checked at load time.
     pub fn behaviours<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         self.behaviours = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// How many devices the tree will run on: a GPU child pinned to another (`device = N`) is an error at
+    /// load time. Without this call, device indices are checked when the runtime starts.
+    pub fn devices(mut self, count: usize) -> Self {
+        self.devices = Some(count);
         self
     }
 
@@ -246,6 +257,35 @@ impl Walker<'_> {
                 None
             }
         }
+    }
+
+    /// A GPU child's `device` (pinned), `placement` and `failover` keys, applied to `gpu`.
+    fn placement(&mut self, t: &toml::Table, path: &str, mut gpu: GpuChild) -> GpuChild {
+        if t.contains_key("device") && t.contains_key("placement") {
+            self.err(&format!("{path}.placement"), "give `device` (pinned) or `placement`, not both");
+        }
+        if let Some(n) = self.integer(t, "device", path, 0) {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            match self.loader.devices {
+                Some(count) if n as usize >= count => self.err(
+                    &format!("{path}.device"),
+                    format!("device {n} does not exist ({})", crate::services::plural_devices(count)),
+                ),
+                _ => gpu = gpu.device(n),
+            }
+        }
+        let placements = [("fewest_in_use", Placement::FewestInUse), ("round_robin", Placement::RoundRobin)];
+        if let Some(p) = t.contains_key("placement").then(|| self.choice(t, "placement", path, &placements)).flatten() {
+            gpu = gpu.placement(p);
+        }
+        match t.get("failover") {
+            None => {}
+            Some(Value::Boolean(b)) => gpu = gpu.failover(*b),
+            Some(other) => {
+                self.err(&format!("{path}.failover"), format!("expected a boolean, found {}", type_name(other)))
+            }
+        }
+        gpu
     }
 
     fn integer(&mut self, t: &toml::Table, key: &str, path: &str, min: i64) -> Option<i64> {
@@ -414,6 +454,9 @@ impl Walker<'_> {
                 "supervisor",
                 "init",
                 "slot",
+                "device",
+                "placement",
+                "failover",
                 "restart",
                 "shutdown",
                 "significant",
@@ -442,6 +485,14 @@ impl Walker<'_> {
             self.err(path, format!("needs exactly one of `gpu`, `actor`, `supervisor` (found {})", kinds.len()));
             return None;
         }
+        if kinds[0] != "gpu" {
+            for key in ["init", "slot", "device", "placement", "failover"].into_iter().filter(|k| t.contains_key(*k)) {
+                self.err(
+                    &format!("{path}.{key}"),
+                    format!("only a GPU child has `{key}` (this one is `{}`)", kinds[0]),
+                );
+            }
+        }
         let mut spec = match kinds[0] {
             "gpu" => {
                 let behaviour = self.string(t, "gpu", path)?;
@@ -462,7 +513,7 @@ impl Walker<'_> {
                     let slot = self.integer(t, "slot", path, 0)?;
                     gpu = gpu.slot(u32::try_from(slot).unwrap_or(u32::MAX));
                 }
-                ChildSpec::gpu(id, gpu)
+                ChildSpec::gpu(id, self.placement(t, path, gpu))
             }
             "actor" => {
                 let name = self.string(t, "actor", path)?;

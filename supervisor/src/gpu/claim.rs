@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringvisor_device::{BehaviourId, CommandOp, CommandRequest, DeviceError, PendingCommand, SlotEvent, SlotState};
+use ringvisor_device::{
+    BehaviourId, CommandOp, CommandRequest, Device, DeviceError, DeviceHealth, PendingCommand, SlotEvent, SlotState,
+};
 
 use super::incarnation::{self, StartArgs};
 use super::slots::DeviceSlots;
@@ -13,27 +15,79 @@ use super::NoticeSink;
 use crate::child::GpuChild;
 use crate::error::SupervisorError;
 use crate::handle::{ChildShared, GpuActorShared};
+use crate::policy::Placement;
 use crate::services::Services;
+use crate::tree_events::TreeEvent;
 
-/// Takes a slot for GPU child `id` (the one `child` asks for, or the lowest free one) on the tree's current
-/// device, filing its dead letters under `target`.
+/// Takes a slot for GPU child `id` on the device its placement picks (the slot `child` asks for, or the
+/// lowest free one), filing its dead letters under `target`.
 pub(crate) fn take_slot(
     services: &Services,
     id: &str,
     child: &GpuChild,
     target: String,
 ) -> Result<(Arc<DeviceSlots>, u32), SupervisorError> {
-    let slots = services
-        .device_slots()
-        .ok_or_else(|| SupervisorError::NoSlot(format!("GPU child `{id}` needs a runtime with a device")))?;
-    let slot = slots.pool.acquire(child.wanted_slot()).ok_or_else(|| {
-        SupervisorError::NoSlot(match child.wanted_slot() {
-            Some(s) => format!("slot {s} for `{id}` is taken or out of range"),
-            None => format!("no free slot for `{id}`"),
-        })
-    })?;
+    // A slot asked for without a device is a slot of the first device.
+    let placement = match (child.wanted_slot(), child.wanted_placement()) {
+        (Some(_), Placement::FewestInUse | Placement::RoundRobin) => Placement::Device(0),
+        (_, placement) => placement,
+    };
+    let slots =
+        services.place(placement, None).map_err(|why| SupervisorError::NoSlot(format!("GPU child `{id}`: {why}")))?;
+    let slot = acquire(&slots, id, child.wanted_slot())?;
     slots.claim(slot, target);
     Ok((slots, slot))
+}
+
+fn acquire(slots: &DeviceSlots, id: &str, wanted: Option<u32>) -> Result<u32, SupervisorError> {
+    slots.pool.acquire(wanted).ok_or_else(|| {
+        SupervisorError::NoSlot(match wanted {
+            Some(s) => format!("slot {s} of device {} for `{id}` is taken or out of range", slots.index),
+            None => format!("no free slot on device {} for `{id}`", slots.index),
+        })
+    })
+}
+
+/// Before a GPU child whose device was lost starts again, it moves: if it fails over, to another device
+/// its placement picks among those still running; otherwise (or if no other device has a free slot) to a
+/// slot of the device that replaced the lost one at the same index, waited for up to its start timeout. Its
+/// dead letters keep its name; the lost device's slot is let go with that device.
+async fn move_off_lost_device(shared: &ChildShared, services: &Services, child: &GpuChild) -> Result<(), String> {
+    let Some(gpu) = shared.gpu_actor.as_ref() else { return Ok(()) };
+    let (old, old_slot) = gpu.home();
+    if old.device.health() != DeviceHealth::Lost {
+        return Ok(());
+    }
+    let id = &shared.id;
+    let failover = child.fails_over().then(|| {
+        let placement = match child.wanted_placement() {
+            Placement::Device(_) => Placement::FewestInUse,
+            other => other,
+        };
+        services.place(placement, Some(old.index)).ok()
+    });
+    let new = match failover.flatten() {
+        Some(other) => other,
+        None => services.replacement_of(&old, child.timeout()).await.ok_or_else(|| {
+            format!(
+                "device {} of GPU child `{id}` was lost and has not been replaced within its start timeout",
+                old.index
+            )
+        })?,
+    };
+    // A slot asked for is a slot of its own device (or of the device that replaced it).
+    let wanted = child.wanted_slot().filter(|_| new.index == old.index);
+    let slot = acquire(&new, id, wanted).map_err(|e| e.to_string())?;
+    let target = old.unclaim(old_slot).unwrap_or_else(|| shared.target());
+    new.claim(slot, target);
+    tracing::warn!(child = %id, from = old.index, to = new.index, slot, "GPU child moved off a lost device");
+    services.events().emit(TreeEvent::DeviceMoved {
+        child: id.clone(),
+        from: (old.index, old_slot),
+        to: (new.index, slot),
+    });
+    gpu.move_to_device(new, slot);
+    Ok(())
 }
 
 /// Gives a slot taken by [`take_slot`] back (the child was never added, or is dropped for good).
@@ -54,15 +108,10 @@ pub(crate) struct PreparedStart {
 /// waiting for it. `None` when the slot is not in a state where that is unambiguous (running, quarantined, a
 /// command in flight) or the submission fails: its start then brings the slot up itself, with its full
 /// checks and errors.
-pub(crate) fn prepare_incarnation(
-    shared: &ChildShared,
-    services: &Services,
-    child: &GpuChild,
-    init: Vec<u8>,
-) -> Option<PreparedStart> {
-    let gpu = shared.gpu_actor.as_ref()?;
-    let behaviour = behaviour_id(services, child).ok()?;
-    let (device, slot) = (gpu.device(), gpu.slot());
+pub(crate) fn prepare_incarnation(shared: &ChildShared, child: &GpuChild, init: Vec<u8>) -> Option<PreparedStart> {
+    let (slots, slot) = shared.gpu_actor.as_ref()?.home();
+    let device = &slots.device;
+    let behaviour = behaviour_id(device, child).ok()?;
     if device.is_quarantined(slot) {
         return None;
     }
@@ -84,12 +133,9 @@ pub(crate) async fn cancel_prepared(shared: &ChildShared, prepared: PreparedStar
     }
 }
 
-fn behaviour_id(services: &Services, child: &GpuChild) -> Result<BehaviourId, String> {
-    match services.device().map(|d| d.behaviours().id(child.behaviour())) {
-        Some(Some(b)) => Ok(b),
-        Some(None) => Err(format!("unknown behaviour `{}`", child.behaviour())),
-        None => Err("no device attached to this supervision tree".to_string()),
-    }
+/// The id of the child's behaviour on `device` (devices may be configured with different behaviours).
+fn behaviour_id(device: &Device, child: &GpuChild) -> Result<BehaviourId, String> {
+    device.behaviours().id(child.behaviour()).ok_or_else(|| format!("unknown behaviour `{}`", child.behaviour()))
 }
 
 /// Starts one incarnation of GPU child `shared`: creates (or re-creates) the device actor, or takes over the
@@ -103,7 +149,9 @@ pub(crate) async fn start_incarnation(
     prepared: Option<PendingCommand>,
     sink: &NoticeSink,
 ) -> Result<u32, String> {
-    let behaviour = behaviour_id(services, child)?;
+    move_off_lost_device(shared, services, child).await?;
+    let device = shared.gpu_actor.as_ref().ok_or("not a GPU child")?.device();
+    let behaviour = behaviour_id(&device, child)?;
     let args =
         StartArgs { behaviour, init, prepared, start_timeout: child.timeout(), heartbeat_timeout: child.watchdog() };
     incarnation::start(shared, services.events(), sink, args).await
@@ -116,7 +164,7 @@ pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
     if kill_granted_restart(gpu) {
         return;
     }
-    let (device, slot) = (gpu.device(), gpu.slot());
+    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
     if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = device.host_view(slot) {
         let _ = device.kill(slot);
     }
@@ -129,7 +177,7 @@ pub(crate) fn retire_slot(gpu: &GpuActorShared) {
     if kill_granted_restart(gpu) {
         return;
     }
-    let (device, slot) = (gpu.device(), gpu.slot());
+    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
     if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
         let _ = device.kill(slot);
     }
@@ -138,7 +186,7 @@ pub(crate) fn retire_slot(gpu: &GpuActorShared) {
 /// A restart block 0 carries out under a grant that no incarnation will take: once it is done, the
 /// incarnation it started (that generation only) is killed. False if there was none.
 fn kill_granted_restart(gpu: &GpuActorShared) -> bool {
-    let (device, slot) = (gpu.device().clone(), gpu.slot());
+    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
     let Some(restart) = device.take_granted_restart(slot) else { return false };
     let kill = move |started: Result<SlotEvent, DeviceError>| {
         if let Ok(started) = started {

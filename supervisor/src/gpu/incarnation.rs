@@ -39,12 +39,11 @@ pub(crate) async fn start(
     mut args: StartArgs,
 ) -> Result<u32, String> {
     let gpu = shared.gpu_actor.as_ref().ok_or("not a GPU child")?;
-    let slots = gpu.slots.clone();
+    let (slots, mut slot) = gpu.home();
     let device = slots.device.clone();
     let deadline = Instant::now() + args.start_timeout;
     // A running device actor must acknowledge the kill its restart needs within this bound.
     let ack_wait = args.heartbeat_timeout.unwrap_or(args.start_timeout).min(args.start_timeout);
-    let mut slot = gpu.slot();
     let generation = loop {
         if device.is_quarantined(slot) {
             slot = move_off_quarantined(shared, events, slot)?;
@@ -161,6 +160,7 @@ pub(crate) fn exit_reason(shared: &ChildShared, notice: SlotNotice) -> Option<Ex
         Notice::Drained => Some(ExitReason::Normal),
         Notice::Hung(reason) => Some(ExitReason::Abnormal(reason)),
         Notice::Exit(reason) => Some(reason),
+        Notice::DeviceLost => Some(ExitReason::Abnormal(crate::reason::stop_reason::DEVICE_LOST.to_string())),
         Notice::Recheck => {
             let device = shared.gpu_actor.as_ref()?.device();
             let snap = device.snapshot(notice.slot).ok()?;
@@ -181,9 +181,9 @@ pub(crate) struct Stopping {
 /// The supervisor stops listening to incarnation `generation` of `gpu`'s slot (it is being stopped, or has
 /// ended): neither its events nor the watchdog report it any more.
 pub(crate) fn forget(gpu: &GpuActorShared, generation: u32) {
-    let slot = gpu.slot();
-    gpu.slots.detach(slot);
-    gpu.slots.watchdogs.unwatch(slot, generation);
+    let (slots, slot) = gpu.home();
+    slots.detach(slot);
+    slots.watchdogs.unwatch(slot, generation);
 }
 
 /// Asks incarnation `generation` of `gpu`'s slot (no longer listened to, see [`forget`]) to stop: a drain,
@@ -195,7 +195,7 @@ pub(crate) fn begin_stop(gpu: &GpuActorShared, generation: u32, kill: bool) -> S
     }
     let device = gpu.device();
     let events = device.subscribe_slot(slot).ok();
-    let _ = request_drain(device, slot, generation);
+    let _ = request_drain(&device, slot, generation);
     Stopping { slot, generation, kill, events }
 }
 
@@ -224,7 +224,7 @@ pub(crate) async fn finish_stop(gpu: &GpuActorShared, stopping: Stopping, deadli
     }
     let device = gpu.device();
     loop {
-        if request_drain(device, stopping.slot, stopping.generation) {
+        if request_drain(&device, stopping.slot, stopping.generation) {
             return ExitReason::Shutdown;
         }
         let mut wait = DRAIN_RECHECK;

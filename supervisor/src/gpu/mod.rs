@@ -49,6 +49,8 @@ pub(crate) enum Notice {
     Recheck,
     /// Someone on the host asked it to exit with this reason (OTP's `exit(Pid, Reason)`).
     Exit(ExitReason),
+    /// Its device was lost (one of several devices): it exits with reason `device_lost`.
+    DeviceLost,
 }
 
 /// Where the notices of a supervisor's GPU children go (one per supervisor, shared by its children's slots).

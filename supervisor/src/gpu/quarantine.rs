@@ -56,7 +56,7 @@ pub(crate) fn is_wedged(device: &Device, slot: u32, heartbeat: u64) -> bool {
 /// Moves the child off quarantined slot `from` to a free slot of the same device, and reports it.
 pub(crate) fn move_off_quarantined(shared: &ChildShared, events: &TreeEvents, from: u32) -> Result<u32, String> {
     let gpu = shared.gpu_actor.as_ref().ok_or("not a GPU child")?;
-    let to = gpu.slots.relocate(from);
+    let to = gpu.home().0.relocate(from);
     events.emit(TreeEvent::SlotQuarantined { child: shared.id.clone(), slot: from, to });
     let to = to.ok_or_else(|| format!("slot {from} is quarantined and no free slot is left to move to"))?;
     tracing::warn!(child = %shared.id, from, to, "GPU child moved off a quarantined slot");

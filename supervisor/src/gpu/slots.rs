@@ -23,10 +23,15 @@ pub(super) struct SlotBinding {
 }
 
 /// One device and what the tree keeps about it: its slot pool, who listens to each slot, injected event
-/// faults. A device restart brings a new one; a child keeps the one it was started on, so what an old
-/// child releases late never reaches the new device's pool.
+/// faults. A device restart brings a new one; a child keeps the one it was started on (until that device is
+/// lost and the child moves), so what an old child releases late never reaches the new device's pool.
 pub(crate) struct DeviceSlots {
     pub(crate) device: Device,
+    /// The device's index among the tree's devices.
+    pub(crate) index: usize,
+    /// Whether losing this device ends the incarnations it held (the tree has other devices), rather than
+    /// leaving the whole tree to be restarted by the runtime.
+    isolated: bool,
     pub(crate) pool: SlotPool,
     /// Who listens to each slot, indexed by slot (a table the size of the device: a tree of 100,000
     /// children claims its slots without growing a map, and an event finds its slot's binding by index).
@@ -42,7 +47,8 @@ pub(crate) struct DeviceSlots {
 impl DeviceSlots {
     /// Attaches the tree to `device`: its events are routed (dead letters to the queue, ends of incarnations
     /// to supervisors) by a hook on the device's event path, with no thread of its own.
-    pub(crate) fn attach_device(device: Device, dead_letters: DeadLetters) -> Arc<Self> {
+    /// `index` is its place among the tree's devices; `isolated`: see the field.
+    pub(crate) fn attach_device(device: Device, dead_letters: DeadLetters, index: usize, isolated: bool) -> Arc<Self> {
         let slots = Arc::new_cyclic(|weak: &std::sync::Weak<DeviceSlots>| {
             let weak = weak.clone();
             let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
@@ -56,6 +62,8 @@ impl DeviceSlots {
                 event_faults: EventFaults::default(),
                 watchdogs: Arc::default(),
                 device,
+                index,
+                isolated,
                 _hook: hook,
             }
         });
@@ -109,7 +117,9 @@ impl DeviceSlots {
             EventKind::Failed => Some(Notice::Failed(event.event.code)),
             EventKind::Killed => Some(Notice::Killed),
             EventKind::Drained => Some(Notice::Drained),
-            // A lost device is restarted as a whole (the runtime's one_for_all over device and tree); the
+            // One device of several: its children exit (`device_lost`) and their supervisors act on it.
+            EventKind::DeviceLost if self.isolated => Some(Notice::DeviceLost),
+            // The only device is restarted as a whole (the runtime's one_for_all over device and tree); the
             // child does not fail on its own, which would only make every supervisor exceed its intensity.
             _ => None,
         };

@@ -117,7 +117,8 @@ impl SupervisorState {
         }
         if let Some(gpu) = &child.shared.gpu_actor {
             retire_slot(gpu);
-            release_slot(&gpu.slots, gpu.slot());
+            let (slots, slot) = gpu.home();
+            release_slot(&slots, slot);
         }
     }
 

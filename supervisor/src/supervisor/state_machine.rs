@@ -159,7 +159,7 @@ impl SupervisorState {
             let ChildStart::Gpu(g) = &child.spec.start else { break };
             if child.prepared.is_none() && child.running().is_none() {
                 let init = g.init_for(child.attempts + 1, &child.args);
-                child.prepared = prepare_incarnation(&child.shared, &self.services, g, init);
+                child.prepared = prepare_incarnation(&child.shared, g, init);
             }
             idx += 1;
         }

@@ -1,0 +1,225 @@
+//! A runtime on several devices: GPU children placed by their spec (pinned, fewest in use, round robin; in
+//! code and in TOML, with located errors for a device that does not exist), and a lost device that fails
+//! only the children it held: they exit `device_lost`, the messages they held are dead letters with that
+//! reason, and their supervisors restart them on the device that replaces it, or on another device when
+//! they fail over, while the other device's actors keep running untouched.
+
+use std::time::{Duration, Instant};
+
+use ringvisor::device::{DeviceConfig, DeviceHealth, SlotState};
+use ringvisor::faults::InjectedFault;
+use ringvisor::prelude::*;
+use ringvisor::supervisor::*;
+
+const T: Duration = Duration::from_secs(15);
+
+fn config() -> DeviceConfig {
+    DeviceConfig::default().slots(8).inbox_capacity(16).outbox_capacity(16).state_bytes(64)
+}
+
+fn counter(id: &str, gpu: GpuChild) -> ChildSpec {
+    ChildSpec::gpu(id, gpu.heartbeat_timeout(Some(Duration::from_millis(200)))).name(format!("app/{id}"))
+}
+
+async fn total(actor: &GpuActorRef, delta: i64) -> Result<i64, SendError> {
+    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), T).await?.decode().expect("counter reply");
+    Ok(r[0])
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Which device of `rt` the child runs on.
+fn device_of(rt: &Runtime, actor: &GpuActorRef) -> usize {
+    let device = actor.device();
+    rt.devices().iter().position(|d| d.same_device(&device)).expect("a device of the runtime")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_are_placed_by_their_spec_across_devices() {
+    let mut spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(counter("pinned", GpuChild::new("counter").device(1)))
+        .child(counter("slot", GpuChild::new("counter").device(1).slot(5)));
+    for i in 0..4 {
+        spec = spec.child(counter(&format!("f{i}"), GpuChild::new("counter")));
+    }
+    for i in 0..3 {
+        spec = spec.child(counter(&format!("r{i}"), GpuChild::new("counter").placement(Placement::RoundRobin)));
+    }
+    let rt = Runtime::builder().devices([config(), config(), config()]).start(spec).await.unwrap();
+    assert_eq!(rt.devices().len(), 3);
+    let gpu = |name: &str| rt.gpu(&format!("app/{name}")).unwrap();
+    assert_eq!(device_of(&rt, &gpu("pinned")), 1);
+    assert_eq!((device_of(&rt, &gpu("slot")), gpu("slot").slot()), (1, 5));
+    // Fewest in use: device 1 holds two already, so the four go to 0, 2, 0, 2 (the lowest index among equals).
+    let fewest: Vec<usize> = (0..4).map(|i| device_of(&rt, &gpu(&format!("f{i}")))).collect();
+    assert_eq!(fewest, [0, 2, 0, 2]);
+    // Round robin: the devices in turn.
+    let turns: Vec<usize> = (0..3).map(|i| device_of(&rt, &gpu(&format!("r{i}")))).collect();
+    let mut sorted = turns.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 1, 2], "one each: {turns:?}");
+    // Every child answers on its own device, and the slot numbers it holds are that device's.
+    for name in ["pinned", "slot", "f0", "f1", "r0", "r2"] {
+        assert_eq!(total(&gpu(name), 2).await.unwrap(), 2, "{name}");
+        let (generation, state) = gpu(name).device().host_view(gpu(name).slot()).unwrap();
+        assert_eq!((generation, state), (1, SlotState::Active), "{name}");
+    }
+    assert_eq!(rt.services().free_slots(), 3 * 8 - 9);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_does_not_exist_is_a_located_error() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("ok", GpuChild::new("counter").device(1))).child(
+        ChildSpec::supervisor(
+            "inner",
+            SupervisorSpec::new(Strategy::OneForOne).child(counter("far", GpuChild::new("counter").device(2))),
+        ),
+    );
+    let err = Runtime::builder().devices([config(), config()]).start(spec).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(text.contains("supervisor.children[1].supervisor.children[0].device: device 2 does not exist"), "{text}");
+    assert!(text.contains("2 devices: 0 to 1"), "{text}");
+    assert_eq!(text.matches("does not exist").count(), 1, "device 1 exists: {text}");
+
+    let toml = r#"
+        [supervisor]
+        strategy = "one_for_one"
+        [[supervisor.children]]
+        id = "a"
+        gpu = "counter"
+        device = 3
+        [[supervisor.children]]
+        id = "b"
+        gpu = "counter"
+        placement = "everywhere"
+        [[supervisor.children]]
+        id = "c"
+        actor = "x"
+        device = 0
+    "#;
+    let loader = SpecLoader::new().devices(2).actor("x", |_ctx: StartContext| async { Err("never".to_string()) });
+    let errors = loader.load_str(toml).err().expect("refused").0;
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["supervisor.children[0].device", "supervisor.children[1].placement", "supervisor.children[2].device"],
+        "{errors:?}"
+    );
+    assert!(errors[0].message.contains("device 3 does not exist"), "{errors:?}");
+    assert!(errors[2].message.contains("only a GPU child"), "{errors:?}");
+
+    let err = Runtime::builder().devices([]).start(SupervisorSpec::new(Strategy::OneForOne)).await.err();
+    assert!(matches!(err, Some(RuntimeError::NoDevice)), "{err:?}");
+}
+
+/// Two devices; `a` and `b` on device 0 (`b` fails over), `c` and `d` on device 1.
+fn two_device_tree() -> SupervisorSpec {
+    SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(10, Duration::from_secs(10))
+        .child(counter("a", GpuChild::new("counter").device(0)))
+        .child(counter("b", GpuChild::new("counter").device(0).failover(true)))
+        .child(counter("c", GpuChild::new("counter").device(1)))
+        .child(counter("d", GpuChild::new("counter").device(1)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_device_fails_only_its_children_which_restart_on_its_replacement_or_fail_over() {
+    let lossy = config().lost_after(Some(Duration::from_millis(300)));
+    let rt = Runtime::builder().devices([lossy.clone(), lossy]).start(two_device_tree()).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let (old0, dev1) = (rt.device_at(0).unwrap(), rt.device_at(1).unwrap());
+    let gpu = |name: &str| rt.gpu(&format!("app/{name}")).unwrap();
+    let (a, b, c, d) = (gpu("a"), gpu("b"), gpu("c"), gpu("d"));
+    for actor in [&a, &b, &c, &d] {
+        assert_eq!(total(actor, 5).await.unwrap(), 5);
+    }
+    let before = [c.slot(), d.slot()].map(|s| dev1.host_view(s).unwrap());
+
+    // Device 0 halts: what is sent to its actors now is held, then handed back when it is declared lost.
+    assert_eq!(rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let held_call = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call(&1i64.to_le_bytes(), T).await })
+    };
+    b.send(&1i64.to_le_bytes()).unwrap();
+    let outcome = held_call.await.unwrap();
+    assert!(matches!(outcome, Err(SendError::Undelivered { reason: DeadLetterReason::DeviceLost, .. })), "{outcome:?}");
+    assert_eq!(old0.health(), DeviceHealth::Lost);
+
+    // a and b exit `device_lost` and start again; a on device 0's replacement, b (failover) on device 1.
+    let mut exits = Vec::new();
+    let mut moves = Vec::new();
+    let deadline = Instant::now() + T;
+    while exits.len() < 2 || moves.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await.expect("exits and moves").unwrap() {
+            TreeEvent::ChildExited { child, reason, .. } => exits.push((child, reason)),
+            TreeEvent::DeviceMoved { child, from, to } => moves.push((child, from.0, to.0)),
+            _ => {}
+        }
+    }
+    exits.sort_by(|x, y| x.0.cmp(&y.0));
+    let lost = ExitReason::Abnormal(stop_reason::DEVICE_LOST.to_string());
+    assert_eq!(exits, [("a".to_string(), lost.clone()), ("b".to_string(), lost)]);
+    moves.sort();
+    assert_eq!(moves, [("a".to_string(), 0, 0), ("b".to_string(), 0, 1)]);
+    eventually("a and b running", || a.status() == ChildStatus::Running && b.status() == ChildStatus::Running).await;
+
+    // The same handles reach the restarted children, from fresh state, on their new devices.
+    let new0 = rt.device_at(0).unwrap();
+    assert!(!new0.same_device(&old0), "device 0 was replaced");
+    assert_eq!(new0.health(), DeviceHealth::Running);
+    assert!(a.device().same_device(&new0));
+    assert!(b.device().same_device(&dev1));
+    assert_eq!(total(&a, 3).await.unwrap(), 3);
+    assert_eq!(total(&b, 4).await.unwrap(), 4);
+
+    // Device 1's actors were not touched: same device, same incarnations, their state kept.
+    assert!(rt.device_at(1).unwrap().same_device(&dev1));
+    assert_eq!([c.slot(), d.slot()].map(|s| dev1.host_view(s).unwrap()), before);
+    assert_eq!(total(&c, 1).await.unwrap(), 6);
+    assert_eq!(total(&d, 1).await.unwrap(), 6);
+    assert!(exits_of(&mut events, &["c", "d"]).is_empty(), "c and d never exited");
+
+    // Every message the lost device held is a dead letter with the reason: the call and the send.
+    assert_eq!(rt.dead_letters().stats().count(DeadLetterReason::DeviceLost), 2, "{}", rt.dead_letters().stats());
+    assert!(rt.is_running(), "no whole-tree restart");
+    rt.shutdown().await;
+}
+
+/// The exits among the events already received that concern `children`.
+fn exits_of(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent>, children: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let TreeEvent::ChildExited { child, .. } = e {
+            if children.contains(&child.as_str()) {
+                found.push(child);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_device_a_lost_device_still_restarts_the_whole_tree() {
+    let lossy = config().lost_after(Some(Duration::from_millis(300)));
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("a", GpuChild::new("counter")));
+    let rt = Runtime::builder().devices([lossy]).start(spec).await.unwrap();
+    let old = rt.device();
+    let a = rt.gpu("app/a").unwrap();
+    assert_eq!(total(&a, 1).await.unwrap(), 1);
+    rt.faults().inject("app/a", InjectedFault::LoseDevice).unwrap();
+    eventually("a new device", || !rt.device().same_device(&old)).await;
+    // The tree was started again: a new child behind the name, the old handle gone.
+    eventually("a new a", || rt.gpu("app/a").is_some_and(|n| !n.child().same_child(&a.child()))).await;
+    eventually("the old handle ends", || a.status().has_ended()).await;
+    rt.shutdown().await;
+}
