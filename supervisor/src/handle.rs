@@ -57,6 +57,12 @@ impl GpuActorShared {
         read(&self.home).slot
     }
 
+    /// Whether the child lives in `slot` of the device whose [`DeviceSlots::id`] is `device`.
+    pub(crate) fn is_at(&self, device: u64, slot: u32) -> bool {
+        let home = read(&self.home);
+        home.slots.id == device && home.slot == slot
+    }
+
     /// The child moved off a quarantined slot, on the same device.
     pub(crate) fn move_to(&self, slot: u32) {
         write(&self.home).slot = slot;

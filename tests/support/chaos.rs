@@ -20,6 +20,9 @@ pub struct ChaosConfig {
     pub duration: Duration,
     pub fault_every: Duration,
     pub producers: usize,
+    /// Devices the tree runs on (256 slots shared among them). With one, losing it restarts the whole tree;
+    /// with several, the last one is lost and only its children restart (on its replacement).
+    pub devices: usize,
 }
 
 /// What happened.
@@ -42,11 +45,15 @@ pub struct ChaosReport {
     pub not_running: Vec<String>,
     pub free_slots_before: usize,
     pub free_slots_after: usize,
-    /// Slots quarantined on the device at the end.
+    /// Slots quarantined on the devices at the end.
     pub quarantined_after: usize,
     pub gpu_children: usize,
     /// Device restarts (the top supervisor's one_for_all).
     pub device_restarts: u64,
+    /// GPU children that moved off a lost device (one of several) as they restarted.
+    pub device_moves: u64,
+    /// Devices replaced in place (one of several lost).
+    pub devices_replaced: usize,
     /// Resident memory a quarter into the fault phase and at its end, bytes.
     pub rss_early: u64,
     pub rss_end: u64,
@@ -72,6 +79,10 @@ impl ChaosReport {
         };
         let mut t = summary.table();
         t += &format!("| GPU children | {} |\n| device restarts | {} |\n", self.gpu_children, self.device_restarts);
+        t += &format!(
+            "| devices replaced / children moved off them | {} / {} |\n",
+            self.devices_replaced, self.device_moves
+        );
         t += &format!(
             "| calls handed | {} |\n| answered | {} |\n| undelivered (dead letter) | {} |\n| target gone (dead letter) | {} |\n| inbox full (dead letter) | {} |\n| device lost (dead letter) | {} |\n| timed out | {} |\n",
             self.handed, self.answered, self.undelivered, self.gone, self.inbox_full, self.device_lost, self.timeouts
@@ -167,14 +178,14 @@ async fn walk(root: &SupervisorRef) -> (usize, Vec<String>) {
 /// Runs the chaos scenario and reports.
 pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     let config = DeviceConfig::default()
-        .slots(256)
+        .slots(256 / cfg.devices as u32)
         .inbox_capacity(32)
         .outbox_capacity(32)
         .state_bytes(1024)
         .lost_after(Some(Duration::from_millis(500)));
     // Wedges fill the quarantine; past 24 slots the device restarts (and once per run it is lost outright).
     let rt = ringvisor::Runtime::builder()
-        .device(config)
+        .devices(vec![config; cfg.devices])
         .root_id("chaos")
         .quarantine_limit(24)
         .device_restarts(1_000, Duration::from_secs(1))
@@ -187,7 +198,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     }
     let mut report = ChaosReport { free_slots_before: rt.services().free_slots(), ..Default::default() };
     // Tree events are counted as they come (a soak must not queue them).
-    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)));
+    let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)));
     let mut events = rt.services().events().subscribe();
     let counter = {
         let counts = counts.clone();
@@ -199,6 +210,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                     }
                     TreeEvent::Restarting { .. } => counts.0.fetch_add(1, Ordering::Relaxed),
                     TreeEvent::IntensityReached { .. } => counts.1.fetch_add(1, Ordering::Relaxed),
+                    TreeEvent::DeviceMoved { .. } => counts.3.fetch_add(1, Ordering::Relaxed),
                     _ => 0,
                 };
             }
@@ -247,7 +259,9 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         })
         .collect();
 
-    // Faults, from the seeded schedule; the device is lost once, halfway (each loss restarts the whole tree).
+    // Faults, from the seeded schedule; the last device is lost once, halfway (with one device, the loss
+    // restarts the whole tree; with several, only that device's children restart).
+    let devices_before = rt.devices();
     let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
     let mut schedule = ChaosSchedule::new(cfg.seed, &kinds);
     let started = Instant::now();
@@ -258,7 +272,8 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         }
         let (fault, _) = schedule.next(1).expect("kinds");
         if !device_lost && started.elapsed() >= cfg.duration / 2 {
-            device_lost = rt.faults().inject_device(InjectedFault::LoseDevice).expect("device fault");
+            device_lost =
+                rt.faults().inject_device_at(cfg.devices - 1, InjectedFault::LoseDevice).expect("device fault");
             if device_lost {
                 *report.faults.entry(InjectedFault::LoseDevice.label()).or_default() += 1;
             }
@@ -292,11 +307,23 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     for p in producers {
         p.await.expect("producer");
     }
-    let (gpu_children, _) = walk(rt.top()).await;
-    report.gpu_children = gpu_children;
-    report.free_slots_after = rt.services().free_slots();
-    report.quarantined_after = rt.services().quarantined_slots().len();
+    // The slots of children whose supervisor was killed in the middle of a start come back once a
+    // follow-up task has settled them (up to a heartbeat timeout for a wedged actor): give it that long.
+    let settle = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (gpu_children, _) = walk(rt.top()).await;
+        report.gpu_children = gpu_children;
+        report.free_slots_after = rt.services().free_slots();
+        report.quarantined_after = (0..cfg.devices).map(|i| rt.services().quarantined_slots_on(i).len()).sum();
+        if report.free_slots_after + report.quarantined_after + gpu_children == 256 || Instant::now() > settle {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     report.device_restarts = counts.2.load(Ordering::Relaxed);
+    report.device_moves = counts.3.load(Ordering::Relaxed);
+    report.devices_replaced =
+        rt.devices().iter().zip(&devices_before).filter(|(now, was)| !now.same_device(was)).count();
     report.restarts = counts.0.load(Ordering::Relaxed);
     report.escalations = counts.1.load(Ordering::Relaxed);
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);

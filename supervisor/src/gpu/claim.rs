@@ -10,6 +10,7 @@ use ringvisor_device::{
 };
 
 use super::incarnation::{self, StartArgs};
+use super::quarantine::is_wedged;
 use super::slots::DeviceSlots;
 use super::NoticeSink;
 use crate::child::GpuChild;
@@ -169,6 +170,58 @@ pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
         let _ = device.kill(slot);
     }
 }
+
+/// A GPU child whose supervisor is gone without stopping it (a killed supervisor): whatever runs in its slot
+/// is killed and the slot given back. Returns true when that is left to a follow-up task because a command
+/// is in flight on the slot (the supervisor was killed in the middle of a start): the task waits for it, and
+/// if the actor never acknowledges it (wedged inside its behaviour) quarantines the slot, which hands back
+/// the messages queued there (their callers get dead letters instead of waiting for their deadlines). The
+/// caller must then not give the slot back itself.
+pub(crate) fn abandon_slot(gpu: &GpuActorShared) -> bool {
+    let (slots, slot) = gpu.home();
+    // A restart block 0 carries out under a grant is followed up by `stop_orphaned_slot`.
+    if slots.device.has_granted_restart(slot) {
+        return false;
+    }
+    let device = slots.device.clone();
+    if !matches!(device.host_view(slot), Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing))) {
+        return false;
+    }
+    match device.kill(slot) {
+        Err(DeviceError::CommandInFlight { .. }) => {}
+        _ => return false,
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return false };
+    let heartbeat = device.snapshot(slot).map_or(0, |s| s.heartbeat);
+    runtime.spawn(async move {
+        let since = tokio::time::Instant::now();
+        loop {
+            match device.kill(slot) {
+                Err(DeviceError::CommandInFlight { .. }) => {
+                    if since.elapsed() >= ABANDONED_ACK_WAIT && is_wedged(&device, slot, heartbeat) {
+                        tracing::warn!(slot, "abandoned GPU actor wedged: slot quarantined");
+                        slots.quarantine(slot);
+                        break;
+                    }
+                    tokio::time::sleep(ABANDONED_POLL).await;
+                }
+                Ok(pending) => {
+                    let _ = pending.wait(ABANDONED_ACK_WAIT).await;
+                    break;
+                }
+                // Nothing left to kill, or the device is gone.
+                Err(_) => break,
+            }
+        }
+        release_slot(&slots, slot);
+    });
+    true
+}
+
+/// How long an abandoned slot's in-flight command may go unacknowledged before a still heartbeat makes the
+/// actor wedged (the default heartbeat timeout), and how often it is looked at meanwhile.
+const ABANDONED_ACK_WAIT: Duration = crate::child::DEFAULT_HEARTBEAT_TIMEOUT;
+const ABANDONED_POLL: Duration = Duration::from_millis(10);
 
 /// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
 /// letters (a restart would have kept the ones sent after the failure), and so is an incarnation block 0

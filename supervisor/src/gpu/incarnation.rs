@@ -59,7 +59,7 @@ pub(crate) async fn start(
                 if submitted_early
                     && device.host_view(slot).is_ok_and(|(g, s)| g == generation && s == SlotState::Failed)
                 {
-                    sink(SlotNotice { slot, generation, what: Notice::Recheck });
+                    sink(SlotNotice { device: slots.id, slot, generation, what: Notice::Recheck });
                 }
                 break generation;
             }

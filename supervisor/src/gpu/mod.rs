@@ -29,6 +29,8 @@ use crate::reason::ExitReason;
 /// Something the supervisor of a GPU child must hear about incarnation `generation` of `slot`.
 #[derive(Debug)]
 pub(crate) struct SlotNotice {
+    /// Which device ([`slots::DeviceSlots::id`]): with several devices, slot numbers repeat.
+    pub(crate) device: u64,
     pub(crate) slot: u32,
     pub(crate) generation: u32,
     pub(crate) what: Notice,

@@ -4,6 +4,7 @@
 //! its supervisor as a notice. Routing is a hook on the device's event path (`Device::on_event`): no thread of
 //! its own, no hand-off.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ringvisor_device::{Device, EventHook, EventKind, SlotEvent, UndeliveredReason};
@@ -27,6 +28,9 @@ pub(super) struct SlotBinding {
 /// lost and the child moves), so what an old child releases late never reaches the new device's pool.
 pub(crate) struct DeviceSlots {
     pub(crate) device: Device,
+    /// Unique among every device this process attaches (a replaced device's stale notices never match the
+    /// children of the device that replaced it).
+    pub(crate) id: u64,
     /// The device's index among the tree's devices.
     pub(crate) index: usize,
     /// Whether losing this device ends the incarnations it held (the tree has other devices), rather than
@@ -49,6 +53,8 @@ impl DeviceSlots {
     /// to supervisors) by a hook on the device's event path, with no thread of its own.
     /// `index` is its place among the tree's devices; `isolated`: see the field.
     pub(crate) fn attach_device(device: Device, dead_letters: DeadLetters, index: usize, isolated: bool) -> Arc<Self> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let slots = Arc::new_cyclic(|weak: &std::sync::Weak<DeviceSlots>| {
             let weak = weak.clone();
             let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
@@ -60,8 +66,9 @@ impl DeviceSlots {
                 pool: SlotPool::new(device.slot_count()),
                 bindings: (0..device.slot_count()).map(|_| Mutex::new(None)).collect(),
                 event_faults: EventFaults::default(),
-                watchdogs: Arc::default(),
+                watchdogs: Arc::new(Watchdogs::new(id)),
                 device,
+                id,
                 index,
                 isolated,
                 _hook: hook,
@@ -101,7 +108,7 @@ impl DeviceSlots {
     pub(crate) fn notify(&self, slot: u32, generation: u32, what: Notice) -> bool {
         let sink = self.binding(slot).and_then(|b| b.as_ref().and_then(|b| b.sink.clone()));
         let Some(sink) = sink else { return false };
-        sink(SlotNotice { slot, generation, what });
+        sink(SlotNotice { device: self.id, slot, generation, what });
         true
     }
 
@@ -145,7 +152,7 @@ impl DeviceSlots {
             );
         }
         let (Some(sink), Some(what)) = (sink, what) else { return };
-        let notice = SlotNotice { slot, generation: event.event.generation, what };
+        let notice = SlotNotice { device: self.id, slot, generation: event.event.generation, what };
         match self.event_faults.in_force(slot) {
             Some(EventFault::Drop) => {
                 tracing::debug!(slot, kind = ?event.event.kind, "device event dropped (fault)")

@@ -33,6 +33,8 @@ const ENDED_EVERY: u64 = 4;
 
 /// The watched incarnations of one device, indexed by slot.
 pub(crate) struct Watchdogs {
+    /// The device's identity in the notices it sends (see [`SlotNotice::device`]).
+    device: u64,
     watched: Mutex<Vec<Option<Watched>>>,
     ticks: AtomicU64,
     /// Nanoseconds between ticks: a quarter of the shortest timeout watched so far, within the bounds above.
@@ -40,9 +42,11 @@ pub(crate) struct Watchdogs {
     started: AtomicBool,
 }
 
-impl Default for Watchdogs {
-    fn default() -> Self {
+impl Watchdogs {
+    /// The watchdogs of the device whose notices carry `device`.
+    pub(crate) fn new(device: u64) -> Self {
         Self {
+            device,
             watched: Mutex::default(),
             ticks: AtomicU64::new(0),
             tick_ns: AtomicU64::new(MAX_TICK.as_nanos() as u64),
@@ -136,7 +140,12 @@ impl Watchdogs {
             metrics::counter!("ringvisor_watchdog_trips_total").increment(1);
             tracing::warn!(slot, %reason, "GPU actor watchdog");
             if let Some(w) = watched {
-                (w.sink)(SlotNotice { slot, generation: w.generation, what: Notice::Hung(reason) });
+                (w.sink)(SlotNotice {
+                    device: self.device,
+                    slot,
+                    generation: w.generation,
+                    what: Notice::Hung(reason),
+                });
             }
         }
     }
@@ -204,7 +213,7 @@ mod tests {
 
     #[test]
     fn the_tick_is_a_quarter_of_the_shortest_timeout_within_bounds() {
-        let w = Watchdogs::default();
+        let w = Watchdogs::new(0);
         assert_eq!(w.tick(), MAX_TICK, "nothing watched yet");
         w.shorten_tick_for(Duration::from_secs(1));
         assert_eq!(w.tick(), MAX_TICK);

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::SupervisorState;
 use crate::error::SupervisorError;
 use crate::gpu::claim::{release_slot, retire_slot, take_slot, PreparedStart};
-use crate::gpu::incarnation;
+use crate::gpu::{incarnation, SlotNotice};
 use crate::handle::{ChildRef, ChildShared};
 use crate::registry::RegistryError;
 use crate::spec::{ChildSpec, ChildStart};
@@ -38,9 +38,9 @@ impl Child {
     }
 
     /// Whether the running incarnation is the GPU one with `generation` in `slot`.
-    pub(super) fn runs_gpu_incarnation(&self, slot: u32, generation: u32) -> bool {
-        matches!(self.run, Run::Running(Incarnation::Gpu(g)) if g == generation)
-            && self.shared.gpu_actor.as_ref().is_some_and(|gpu| gpu.slot() == slot)
+    pub(super) fn runs_gpu_incarnation(&self, notice: &SlotNotice) -> bool {
+        matches!(self.run, Run::Running(Incarnation::Gpu(g)) if g == notice.generation)
+            && self.shared.gpu_actor.as_ref().is_some_and(|gpu| gpu.is_at(notice.device, notice.slot))
     }
 
     pub(super) fn handle(&self) -> ChildRef {
@@ -110,15 +110,23 @@ impl SupervisorState {
     }
 
     /// Drops a child's spec for good: handles see `Gone`, its name and slot are released.
-    pub(super) fn retire(&self, mut child: Child) {
+    pub(super) fn retire(&self, child: Child) {
+        self.retire_keeping_slot(child, false);
+    }
+
+    /// [`Self::retire`]; with `slot_taken_over`, the child's slot is given back by someone else (see
+    /// `claim::abandon_slot`).
+    pub(super) fn retire_keeping_slot(&self, mut child: Child, slot_taken_over: bool) {
         child.set_run(Run::Undefined, ChildStatus::Gone);
         if let Some(name) = &child.spec.name {
             self.services.registry().unbind(name, &child.handle());
         }
         if let Some(gpu) = &child.shared.gpu_actor {
             retire_slot(gpu);
-            let (slots, slot) = gpu.home();
-            release_slot(&slots, slot);
+            if !slot_taken_over {
+                let (slots, slot) = gpu.home();
+                release_slot(&slots, slot);
+            }
         }
     }
 

@@ -25,7 +25,7 @@ use children::Child;
 use client::Msg;
 
 use crate::error::SupervisorError;
-use crate::gpu::claim::stop_orphaned_slot;
+use crate::gpu::claim::{abandon_slot, stop_orphaned_slot};
 use crate::gpu::{incarnation, NoticeSink};
 use crate::intensity::Intensity;
 use crate::policy::{AutoShutdown, Strategy};
@@ -92,10 +92,14 @@ impl Drop for SupervisorState {
             if let Some(cell) = child.take_running().as_ref().and_then(|i| i.actor()) {
                 cell.kill();
             }
-            if let Some(gpu) = &child.shared.gpu_actor {
-                stop_orphaned_slot(gpu);
-            }
-            self.retire(child);
+            let taken_over = child.shared.gpu_actor.as_ref().is_some_and(|gpu| {
+                let deferred = abandon_slot(gpu);
+                if !deferred {
+                    stop_orphaned_slot(gpu);
+                }
+                deferred
+            });
+            self.retire_keeping_slot(child, taken_over);
         }
     }
 }
@@ -198,7 +202,7 @@ impl Actor for Supervisor {
             }
             Msg::Slot(notice) => {
                 // A notice about an incarnation already replaced or stopped by us is stale: ignore it.
-                let found = state.children.iter().position(|c| c.runs_gpu_incarnation(notice.slot, notice.generation));
+                let found = state.children.iter().position(|c| c.runs_gpu_incarnation(&notice));
                 if let Some(idx) = found {
                     if let Some(reason) = incarnation::exit_reason(&state.children[idx].shared, notice) {
                         state.restart_child(&myself, idx, reason).await;
