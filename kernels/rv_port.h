@@ -174,7 +174,23 @@ RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) { return __atomic_fet
 RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
 RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_and(p, bits, __ATOMIC_ACQ_REL); }
+#if defined(__SANITIZE_THREAD__)
+#define RV_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RV_THREAD_SANITIZER 1
+#endif
+#endif
+#ifdef RV_THREAD_SANITIZER
+/* ThreadSanitizer does not model fences (GCC refuses them under -Werror=tsan). A sequentially consistent
+ * read-modify-write of one shared word gives the same guarantee to the store-buffer pairs rv_fence serves:
+ * the two sides' RMWs are ordered, and the later one reads from (synchronises with) the earlier one, so
+ * either side sees the store the other made before its RMW. Sanitizer builds only: it serialises the pairs. */
+static uint32_t rv_tsan_fence_word;
+RV_FN void rv_fence(void) { (void)__atomic_fetch_add(&rv_tsan_fence_word, 0u, __ATOMIC_SEQ_CST); }
+#else
 RV_FN void rv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
 /* The emulated CUDA driver runs kernel blocks on host threads and gives each a skewed clock, as a GPU's
  * %globaltimer has an epoch of its own; 0 on every other thread. */
 static thread_local int64_t rv_host_clock_skew_ns = 0;
