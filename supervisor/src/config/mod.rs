@@ -43,11 +43,12 @@ use ringvisor_device::layout::RV_INIT_BYTES;
 use toml::Value;
 
 use crate::child::{ActorFactory, GpuChild};
-use crate::policy::{AutoShutdown, Backoff, Placement, Restart, Shutdown, Strategy};
+use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
 use crate::spec::*;
 use crate::validate::check_tree;
 
 mod init_values;
+mod placement;
 mod template;
 
 use template::{SourcePaths, INDEX, MAX_COUNT};
@@ -259,35 +260,6 @@ impl Walker<'_> {
         }
     }
 
-    /// A GPU child's `device` (pinned), `placement` and `failover` keys, applied to `gpu`.
-    fn placement(&mut self, t: &toml::Table, path: &str, mut gpu: GpuChild) -> GpuChild {
-        if t.contains_key("device") && t.contains_key("placement") {
-            self.err(&format!("{path}.placement"), "give `device` (pinned) or `placement`, not both");
-        }
-        if let Some(n) = self.integer(t, "device", path, 0) {
-            let n = u32::try_from(n).unwrap_or(u32::MAX);
-            match self.loader.devices {
-                Some(count) if n as usize >= count => self.err(
-                    &format!("{path}.device"),
-                    format!("device {n} does not exist ({})", crate::services::plural_devices(count)),
-                ),
-                _ => gpu = gpu.device(n),
-            }
-        }
-        let placements = [("fewest_in_use", Placement::FewestInUse), ("round_robin", Placement::RoundRobin)];
-        if let Some(p) = t.contains_key("placement").then(|| self.choice(t, "placement", path, &placements)).flatten() {
-            gpu = gpu.placement(p);
-        }
-        match t.get("failover") {
-            None => {}
-            Some(Value::Boolean(b)) => gpu = gpu.failover(*b),
-            Some(other) => {
-                self.err(&format!("{path}.failover"), format!("expected a boolean, found {}", type_name(other)))
-            }
-        }
-        gpu
-    }
-
     fn integer(&mut self, t: &toml::Table, key: &str, path: &str, min: i64) -> Option<i64> {
         match t.get(key)? {
             Value::Integer(n) if *n >= min => Some(*n),
@@ -485,14 +457,7 @@ impl Walker<'_> {
             self.err(path, format!("needs exactly one of `gpu`, `actor`, `supervisor` (found {})", kinds.len()));
             return None;
         }
-        if kinds[0] != "gpu" {
-            for key in ["init", "slot", "device", "placement", "failover"].into_iter().filter(|k| t.contains_key(*k)) {
-                self.err(
-                    &format!("{path}.{key}"),
-                    format!("only a GPU child has `{key}` (this one is `{}`)", kinds[0]),
-                );
-            }
-        }
+        self.gpu_only_keys(t, path, kinds[0]);
         let mut spec = match kinds[0] {
             "gpu" => {
                 let behaviour = self.string(t, "gpu", path)?;
