@@ -105,7 +105,7 @@ async fn a_device_that_does_not_exist_is_a_located_error() {
         device = 0
     "#;
     let loader = SpecLoader::new().devices(2).actor("x", |_ctx: StartContext| async { Err("never".to_string()) });
-    let errors = loader.load_str(toml).err().expect("refused").0;
+    let errors = loader.load_str(toml).expect_err("refused").0;
     let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(
         paths,
