@@ -3,6 +3,8 @@
 //! the device level), a short executor stall (ridden out), and a device that keeps dying (the runtime gives
 //! up).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use ringvisor::device::{
@@ -65,16 +67,11 @@ fn tree() -> SupervisorSpec {
 }
 
 async fn total(actor: &GpuActorRef, delta: i64) -> Result<i64, SendError> {
-    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), T).await?.decode().expect("counter reply");
-    Ok(r[0])
+    support::counter_total(actor, delta, T).await
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    support::eventually(what, T, f).await
 }
 
 /// Every child of every supervisor under the top one is running.

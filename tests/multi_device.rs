@@ -4,6 +4,8 @@
 //! reason, and their supervisors restart them on the device that replaces it, or on another device when
 //! they fail over, while the other device's actors keep running untouched.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use ringvisor::device::{DeviceConfig, DeviceHealth, SlotState};
@@ -22,16 +24,11 @@ fn counter(id: &str, gpu: GpuChild) -> ChildSpec {
 }
 
 async fn total(actor: &GpuActorRef, delta: i64) -> Result<i64, SendError> {
-    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), T).await?.decode().expect("counter reply");
-    Ok(r[0])
+    support::counter_total(actor, delta, T).await
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    support::eventually(what, T, f).await
 }
 
 /// Which device of `rt` the child runs on.

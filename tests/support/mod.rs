@@ -16,3 +16,24 @@ pub fn wgpu_or_skip() -> bool {
     eprintln!("SKIPPED: no Vulkan adapter for the wgpu backend; set RINGVISOR_REQUIRE_WGPU=1 to make this a failure");
     false
 }
+
+/// Waits until `f` holds, looking every 2 ms; fails the test, naming `what`, past `within`.
+#[allow(dead_code)]
+pub async fn eventually(what: &str, within: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// The running total a `counter` GPU actor answers after adding `delta`.
+#[allow(dead_code)]
+pub async fn counter_total(
+    actor: &ringvisor::supervisor::GpuActorRef,
+    delta: i64,
+    timeout: std::time::Duration,
+) -> Result<i64, ringvisor::supervisor::SendError> {
+    let r: [i64; 2] = actor.call(&delta.to_le_bytes(), timeout).await?.decode().expect("counter reply");
+    Ok(r[0])
+}
