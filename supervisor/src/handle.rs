@@ -53,6 +53,11 @@ impl GpuActorShared {
         read(&self.home).slots.device.clone()
     }
 
+    /// The child's device and slot, read together, for use after the lock (an await, a spawned task).
+    pub(crate) fn placed(&self) -> (Device, u32) {
+        self.with(|device, slot| (device.clone(), slot))
+    }
+
     pub(crate) fn slot(&self) -> u32 {
         read(&self.home).slot
     }
@@ -462,7 +467,7 @@ impl GpuActorRef {
         if status.has_ended() {
             return Err(SendError::Gone { actor: self.shared.target(), status });
         }
-        let (device, slot) = self.gpu().with(|device, slot| (device.clone(), slot));
+        let (device, slot) = self.gpu().placed();
         device.read_state_async(slot, timeout).await.map_err(|e| match e {
             DeviceError::Timeout => SendError::Timeout,
             e => self.named(e),
@@ -510,7 +515,7 @@ impl GpuActorRef {
                 return Err(SendError::Timeout);
             }
             // Read where the child lives on every attempt: a restart may have moved it.
-            let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
+            let (device, slot) = gpu.placed();
             match device.call_async(slot, payload, left).await {
                 Err(DeviceError::NotAccepting { .. } | DeviceError::Quarantined { .. }) => {
                     // Down between incarnations: wait for a status change (or poll, for a drain in progress).

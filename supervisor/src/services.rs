@@ -227,8 +227,10 @@ impl Services {
         if count == 0 {
             return Err("needs a runtime with a device".to_string());
         }
-        let usable = |s: &DeviceSlots| {
-            Some(s.index) != except && s.device.health() != DeviceHealth::Lost && s.pool.free_count() > 0
+        // Free slots of a device a child may go to (`None`: excepted, lost, or full), read once per device.
+        let free = |s: &DeviceSlots| {
+            let usable = Some(s.index) != except && s.device.health() != DeviceHealth::Lost;
+            usable.then(|| s.pool.free_count()).filter(|&n| n > 0)
         };
         let none_free = || match except {
             Some(i) => format!("no free slot on any of the {} but device {i}", plural_devices(count)),
@@ -240,14 +242,15 @@ impl Services {
                 .ok_or_else(|| format!("device {index} does not exist ({})", plural_devices(count))),
             Placement::FewestInUse => (0..count)
                 .filter_map(|i| self.device_slots_at(i))
-                .filter(|s| usable(s))
-                .max_by_key(|s| (s.pool.free_count(), std::cmp::Reverse(s.index)))
+                .filter_map(|s| free(&s).map(|n| ((n, std::cmp::Reverse(s.index)), s)))
+                .max_by_key(|(key, _)| *key)
+                .map(|(_, s)| s)
                 .ok_or_else(none_free),
             Placement::RoundRobin => {
                 let turn = self.inner.next_turn.fetch_add(1, Ordering::Relaxed);
                 (0..count)
                     .filter_map(|k| self.device_slots_at((turn + k) % count))
-                    .find(|s| usable(s))
+                    .find(|s| free(s).is_some())
                     .ok_or_else(none_free)
             }
         }

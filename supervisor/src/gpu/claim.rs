@@ -165,31 +165,33 @@ pub(crate) fn stop_orphaned_slot(gpu: &GpuActorShared) {
     if kill_granted_restart(gpu) {
         return;
     }
-    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
-    if let Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) = device.host_view(slot) {
-        let _ = device.kill(slot);
+    let (device, slot) = gpu.placed();
+    let _ = kill_if_running(&device, slot);
+}
+
+/// Kills the device actor in `slot` if one runs there (`None` if none does).
+fn kill_if_running(device: &Device, slot: u32) -> Option<Result<PendingCommand, DeviceError>> {
+    match device.host_view(slot) {
+        Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing)) => Some(device.kill(slot)),
+        _ => None,
     }
 }
 
 /// A GPU child whose supervisor is gone without stopping it (a killed supervisor): whatever runs in its slot
-/// is killed and the slot given back. Returns true when that is left to a follow-up task because a command
+/// is killed (as [`stop_orphaned_slot`] does) and the slot given back. Returns true when that is left to a
+/// follow-up task because a command
 /// is in flight on the slot (the supervisor was killed in the middle of a start): the task waits for it, and
 /// if the actor never acknowledges it (wedged inside its behaviour) quarantines the slot, which hands back
 /// the messages queued there (their callers get dead letters instead of waiting for their deadlines). The
 /// caller must then not give the slot back itself.
 pub(crate) fn abandon_slot(gpu: &GpuActorShared) -> bool {
+    if kill_granted_restart(gpu) {
+        return false;
+    }
     let (slots, slot) = gpu.home();
-    // A restart block 0 carries out under a grant is followed up by `stop_orphaned_slot`.
-    if slots.device.has_granted_restart(slot) {
-        return false;
-    }
     let device = slots.device.clone();
-    if !matches!(device.host_view(slot), Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing))) {
+    if !matches!(kill_if_running(&device, slot), Some(Err(DeviceError::CommandInFlight { .. }))) {
         return false;
-    }
-    match device.kill(slot) {
-        Err(DeviceError::CommandInFlight { .. }) => {}
-        _ => return false,
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return false };
     let heartbeat = device.snapshot(slot).map_or(0, |s| s.heartbeat);
@@ -230,7 +232,7 @@ pub(crate) fn retire_slot(gpu: &GpuActorShared) {
     if kill_granted_restart(gpu) {
         return;
     }
-    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
+    let (device, slot) = gpu.placed();
     if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
         let _ = device.kill(slot);
     }
@@ -239,7 +241,7 @@ pub(crate) fn retire_slot(gpu: &GpuActorShared) {
 /// A restart block 0 carries out under a grant that no incarnation will take: once it is done, the
 /// incarnation it started (that generation only) is killed. False if there was none.
 fn kill_granted_restart(gpu: &GpuActorShared) -> bool {
-    let (device, slot) = gpu.with(|device, slot| (device.clone(), slot));
+    let (device, slot) = gpu.placed();
     let Some(restart) = device.take_granted_restart(slot) else { return false };
     let kill = move |started: Result<SlotEvent, DeviceError>| {
         if let Ok(started) = started {

@@ -25,7 +25,7 @@ use children::Child;
 use client::Msg;
 
 use crate::error::SupervisorError;
-use crate::gpu::claim::{abandon_slot, stop_orphaned_slot};
+use crate::gpu::claim::abandon_slot;
 use crate::gpu::{incarnation, NoticeSink};
 use crate::intensity::Intensity;
 use crate::policy::{AutoShutdown, Strategy};
@@ -92,13 +92,7 @@ impl Drop for SupervisorState {
             if let Some(cell) = child.take_running().as_ref().and_then(|i| i.actor()) {
                 cell.kill();
             }
-            let taken_over = child.shared.gpu_actor.as_ref().is_some_and(|gpu| {
-                let deferred = abandon_slot(gpu);
-                if !deferred {
-                    stop_orphaned_slot(gpu);
-                }
-                deferred
-            });
+            let taken_over = child.shared.gpu_actor.as_ref().is_some_and(abandon_slot);
             self.retire_keeping_slot(child, taken_over);
         }
     }
