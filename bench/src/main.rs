@@ -114,7 +114,7 @@ fn fail(msg: &str) -> ! {
 
 /// Starts and stops of each supervised tree (and of its ractor baseline, interleaved): one sample would be one
 /// moment of a noisy machine.
-const TREE_STARTS: usize = 3;
+const TREE_STARTS: usize = 5;
 
 /// The rows of a supervised tree of `n` GPU children: start and stop against a ractor tree of the same size,
 /// heap per child, idle CPU, and a call to one child against the same call in a tree of 100.

@@ -772,9 +772,10 @@ pub struct TreeCost {
     pub first_sample: Summary,
 }
 
-/// The device configuration of the scale rows: `DeviceConfig::compact` sized for `children`.
+/// The device configuration of the scale rows: `DeviceConfig::compact` sized for `children` (and a few
+/// spare slots), as a user would size it.
 fn compact_device(children: u32) -> DeviceConfig {
-    DeviceConfig::compact().slots((children + 8).next_power_of_two())
+    DeviceConfig::compact().slots(children + 8)
 }
 
 /// Samples of the steady tree a monitor takes in [`supervised_tree`].

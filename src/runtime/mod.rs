@@ -120,7 +120,8 @@ impl RuntimeBuilder {
             );
         let events = services.events().subscribe();
         let started = async {
-            let top = SupervisorRef::start(TOP_SUPERVISOR, top, services.clone()).await?;
+            // The user's tree was checked above; the top level around it is built here.
+            let top = SupervisorRef::start_validated(TOP_SUPERVISOR, top, services.clone()).await?;
             let end = end::watch_end(events, top.clone(), self.root_id.clone());
             let root_child = top.child(&self.root_id).await?;
             let root = SupervisorRef::from_child(&root_child).ok_or(SupervisorError::NoProc)?;

@@ -78,7 +78,7 @@ impl fmt::Display for ChildPath<'_> {
 /// Checks a whole tree, including registry names unique across it. Problems are `path: message`.
 pub(crate) fn check_tree(spec: &SupervisorSpec, path: &str, problems: &mut Vec<String>) {
     check_spec(spec, path, problems);
-    if has_duplicate_name(spec, &mut HashSet::new()) {
+    if has_duplicate_name(spec, &mut HashSet::with_capacity(spec.children.len())) {
         let mut names = HashMap::new();
         collect_names(spec, path, &mut names, problems);
     }
@@ -123,7 +123,7 @@ pub(crate) fn check_spec(spec: &SupervisorSpec, path: &str, problems: &mut Vec<S
             spec.children.len()
         ));
     }
-    let mut ids = HashSet::new();
+    let mut ids = HashSet::with_capacity(spec.children.len());
     for (i, child) in spec.children.iter().enumerate() {
         let child_path = ChildPath { parent: path, index: i };
         if !ids.insert(child.id.as_str()) {

@@ -108,7 +108,9 @@ impl CpuExecutor {
             return Err(DeviceError::InvalidConfig("cpu backend: workers and budget must be > 0".into()));
         }
         let shared = HostRegion::zeroed(header.shared_bytes)?;
+        shared.dense(0, header.off_inboxes);
         let local = HostRegion::zeroed(header.local_bytes)?;
+        local.dense(0, header.off_k2k_bulk);
         // SAFETY: the region is at least shared_bytes >= sizeof(header) long and 4096-aligned.
         unsafe { std::ptr::write(shared.as_ptr() as *mut RawGridHeader, header) };
         // SAFETY: both regions are laid out for `header`, and `table` has RV_MAX_BEHAVIOURS entries; all three

@@ -69,10 +69,19 @@ impl Default for DeviceConfig {
 impl DeviceConfig {
     /// A preset for large fleets (tens of thousands of small actors): 8-envelope inboxes and outboxes, a
     /// 4-envelope kernel-to-kernel inbox and 256 bytes of state, about 2.8 KiB of device memory per slot
-    /// (100,000 slots: about 280 MB; the default sizes take about 19 KiB per slot). Set the slots with
-    /// [`DeviceConfig::slots`].
+    /// (100,000 slots: about 280 MB; the default sizes take about 19 KiB per slot), and command and event
+    /// rings of 16,384 records (2 MiB and 1 MiB), so that a tree starting tens of thousands of children
+    /// submits its creates without waiting for room. Set the slots with [`DeviceConfig::slots`].
     pub fn compact() -> Self {
-        Self { inbox_capacity: 8, outbox_capacity: 8, k2k_capacity: 4, state_bytes: 256, ..Self::default() }
+        Self {
+            inbox_capacity: 8,
+            outbox_capacity: 8,
+            k2k_capacity: 4,
+            state_bytes: 256,
+            command_capacity: 16 * 1024,
+            event_capacity: 16 * 1024,
+            ..Self::default()
+        }
     }
 
     /// Sets the number of slots.
@@ -93,6 +102,18 @@ impl DeviceConfig {
     /// Sets the kernel-to-kernel inbox capacity.
     pub fn k2k_capacity(mut self, n: u32) -> Self {
         self.k2k_capacity = n;
+        self
+    }
+    /// Sets the command ring's capacity (a power of two): how many creates, kills and restarts may wait for
+    /// block 0 before a submitter waits for room.
+    pub fn command_capacity(mut self, n: u32) -> Self {
+        self.command_capacity = n;
+        self
+    }
+    /// Sets the event ring's capacity (a power of two): how many events block 0 may post before the host
+    /// drains them.
+    pub fn event_capacity(mut self, n: u32) -> Self {
+        self.event_capacity = n;
         self
     }
     /// Sets the state bytes per actor.

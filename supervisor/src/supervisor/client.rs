@@ -94,6 +94,18 @@ impl SupervisorRef {
         services: Services,
     ) -> Result<Self, SupervisorError> {
         spec.validate()?;
+        Self::start_validated(id, spec, services).await
+    }
+
+    /// [`SupervisorRef::start`] for a spec its caller has just checked with [`SupervisorSpec::validate`]
+    /// (the runtime checks the user's tree, then starts it below its own top supervisor: a tree of 100,000
+    /// children takes tens of milliseconds to check, so it is checked once).
+    #[doc(hidden)]
+    pub async fn start_validated(
+        id: impl Into<String>,
+        spec: SupervisorSpec,
+        services: Services,
+    ) -> Result<Self, SupervisorError> {
         let id = id.into();
         let args = SupervisorArgs::root(id.clone(), spec, services);
         match Supervisor::spawn(None, Supervisor, args).await {
