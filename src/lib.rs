@@ -19,6 +19,8 @@
 
 #[cfg(feature = "cli")]
 pub mod app;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod faults;
 mod runtime;
 

@@ -43,6 +43,9 @@ fn elapsed_ns(t0: Instant) -> f64 {
 struct Echo<T>(std::marker::PhantomData<fn() -> T>);
 struct EchoMsg<T>(T, RpcReplyPort<T>);
 
+// ringvisor's `cluster` feature (on here) turns on ractor's, under which each message type says it is one.
+impl<T: Send + 'static> ractor::Message for EchoMsg<T> {}
+
 /// An [`Echo`] of `u64`s (round trips; also the actor behind registry entries and spawned trees).
 const ECHO: Echo<u64> = Echo(std::marker::PhantomData);
 
@@ -300,6 +303,8 @@ enum CountMsg {
     Add([u8; 64]),
     Get(RpcReplyPort<u64>),
 }
+
+impl ractor::Message for CountMsg {}
 
 impl Actor for Count {
     type Msg = CountMsg;

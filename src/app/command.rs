@@ -80,6 +80,31 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         slots: u32,
     },
+    /// Run a declared tree (TOML) as a node of a cluster (ractor_cluster): the other nodes find its actors
+    /// and call them by name. Prints `ready` once started and connected; stops on Ctrl-C or the duration.
+    #[cfg(feature = "cluster")]
+    Node {
+        /// The tree file.
+        tree: PathBuf,
+        /// The node's name (unique in the cluster).
+        #[arg(long)]
+        name: String,
+        /// The TCP port to listen on for other nodes (127.0.0.1).
+        #[arg(long)]
+        port: u16,
+        /// The magic cookie: nodes with another cookie are refused.
+        #[arg(long)]
+        cookie: String,
+        /// A node to connect to (`host:port`); repeat for several (their peers are connected too).
+        #[arg(long)]
+        connect: Vec<String>,
+        /// Stop after this many seconds.
+        #[arg(long, value_parser = seconds)]
+        duration: Option<Duration>,
+        /// Device slots.
+        #[arg(long, default_value_t = 1024)]
+        slots: u32,
+    },
     /// Validate a declared tree (TOML): every error with its location; exits non-zero if there is one.
     Check {
         /// The tree file.
@@ -186,6 +211,11 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
             run_tree(&behaviours, device.slots(slots), tree, duration, output).await
         }
         Command::Check { tree } => check(&behaviours, tree),
+        #[cfg(feature = "cluster")]
+        Command::Node { tree, name, port, cookie, connect, duration, slots } => {
+            let config = crate::cluster::NodeConfig::new(name, port, cookie);
+            run_node(&behaviours, device.slots(slots), tree, config, connect, duration).await
+        }
         Command::Chaos { tree, seed, rate, duration, slots } => {
             chaos(&behaviours, device.slots(slots), tree, seed, rate, duration, output).await
         }
@@ -380,6 +410,40 @@ async fn run_tree(
         println!("stopped in order");
     }
     Ok(code)
+}
+
+/// `ringvisor node`: the tree of `tree` as the cluster node `config`, connected to `peers`, until Ctrl-C,
+/// the duration or the tree's end.
+#[cfg(feature = "cluster")]
+async fn run_node(
+    behaviours: &BehaviourSet,
+    device: DeviceConfig,
+    tree: PathBuf,
+    config: crate::cluster::NodeConfig,
+    peers: Vec<String>,
+    duration: Option<Duration>,
+) -> Result<ExitCode, BoxError> {
+    let rt = start_tree(behaviours, device, &tree).await?;
+    let (name, port) = (config.name.clone(), config.port);
+    let node = crate::cluster::Node::start(&rt, config).await?;
+    for peer in &peers {
+        if let Err(e) = node.connect(peer).await {
+            node.stop();
+            rt.shutdown().await;
+            return Err(e.into());
+        }
+    }
+    println!("ready: node {name} on port {port}, peers {:?}", node.peers().await);
+    let wait = duration.unwrap_or(Duration::from_secs(86_400 * 365));
+    tokio::select! {
+        _ = INTERRUPT.notified() => {}
+        _ = tokio::time::sleep(wait) => {}
+        _ = rt.wait() => {}
+    }
+    node.stop();
+    rt.shutdown().await;
+    println!("stopped in order");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Says why the tree ended by itself; a failure status unless its root exited normally.

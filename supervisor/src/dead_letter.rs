@@ -31,6 +31,8 @@ pub enum DeadLetterReason {
     DeviceLost,
     /// Queued in a slot given up on because its actor never acknowledged a kill (the slot is quarantined).
     SlotQuarantined,
+    /// Sent to an actor on another node of a cluster, which was lost before it answered.
+    NodeLost,
 }
 
 /// How many reasons there are.
@@ -38,7 +40,7 @@ const REASONS: usize = DeadLetterReason::ALL.len();
 
 impl DeadLetterReason {
     /// Every reason, for metrics and reports.
-    pub const ALL: [DeadLetterReason; 7] = [
+    pub const ALL: [DeadLetterReason; 8] = [
         Self::UnknownTarget,
         Self::DeadTarget,
         Self::InboxFull,
@@ -46,6 +48,7 @@ impl DeadLetterReason {
         Self::Poison,
         Self::DeviceLost,
         Self::SlotQuarantined,
+        Self::NodeLost,
     ];
 
     /// Short label for metrics and logs.
@@ -58,6 +61,7 @@ impl DeadLetterReason {
             Self::Poison => "poison",
             Self::DeviceLost => "device_lost",
             Self::SlotQuarantined => "slot_quarantined",
+            Self::NodeLost => "node_lost",
         }
     }
 
@@ -71,6 +75,7 @@ impl DeadLetterReason {
             Self::Poison => "the actor failed while processing it; kept so its restart does not fail on it again",
             Self::DeviceLost => "the device was lost",
             Self::SlotQuarantined => "the actor's slot was quarantined",
+            Self::NodeLost => "the actor's node was lost before it answered",
         };
         format!("{} ({why})", self.label())
     }

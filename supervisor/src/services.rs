@@ -184,6 +184,17 @@ impl Services {
         self.gpu_target(name, payload)?.send(payload)
     }
 
+    /// Calls the GPU actor registered under `name` (see [`GpuActorRef::call`]); an unknown name makes the
+    /// message a dead letter, as [`Services::send`] does.
+    pub async fn call(
+        &self,
+        name: &str,
+        payload: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<ringvisor_device::Reply, SendError> {
+        self.gpu_target(name, payload)?.call(payload, timeout).await
+    }
+
     /// Takes dead letter `seq` out of the queue and sends it again, to `target` (a registry name) or, if
     /// `None`, to the name it was first sent to. If it cannot be delivered it is a dead letter again (with
     /// the new reason). Returns [`SendError::UnknownTarget`] without removing it if `seq` is not held or

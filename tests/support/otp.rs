@@ -117,6 +117,10 @@ pub enum WorkerMsg {
     Exit(ExitReason),
 }
 
+// Under the `cluster` feature (ractor's `cluster`), each message type says it is one.
+#[cfg(feature = "cluster")]
+impl ractor::Message for WorkerMsg {}
+
 impl Actor for TestWorker {
     type Msg = WorkerMsg;
     type State = bool;

@@ -20,6 +20,11 @@ pub(super) type Reply<T> = RpcReplyPort<Result<T, SupervisorError>>;
 /// A message to a supervisor. Use [`SupervisorRef`]'s methods rather than building these.
 pub struct SupervisorMsg(pub(super) Msg);
 
+// Under ractor's `cluster` feature no type is a message by default; a supervisor's messages never leave its
+// process (the default methods: not serializable).
+#[cfg(feature = "cluster")]
+impl ractor::Message for SupervisorMsg {}
+
 pub(super) enum Msg {
     StartChild(Box<ChildSpec>, Reply<ChildRef>),
     StartDynamic(Vec<u8>, Reply<ChildRef>),

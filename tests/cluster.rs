@@ -1,0 +1,190 @@
+//! Three processes as one cluster on loopback: two `ringvisor node` processes and this test's own node.
+//! A node with another cookie is refused; cluster-wide lookup lists every node's actors with their node
+//! and reports a name held twice as a conflict; remote calls answer as local ones (results and errors);
+//! a node killed mid-traffic ends every call to it answered or dead-lettered as `node_lost`, within its
+//! deadline, its names leave the lookups, and come back with the restarted node.
+#![cfg(all(feature = "cluster", feature = "cli"))]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringvisor::cluster::{Node, NodeConfig, RemoteError, Target};
+use ringvisor::prelude::*;
+
+/// Waits until `f` holds, up to `within`.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: Duration, mut f: impl FnMut() -> F) {
+    let deadline = Instant::now() + within;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const COOKIE: &str = "ringvisor-test-cookie";
+const T: Duration = Duration::from_secs(10);
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A tree of `counter` actors `fleet/<node>/c0..c2` and `shared/x`.
+fn tree_file(node: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringvisor-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{node}.toml"));
+    let mut text = String::from("[supervisor]\nstrategy = \"one_for_one\"\n");
+    for i in 0..3 {
+        text += &format!("[[supervisor.children]]\nid = \"c{i}\"\ngpu = \"counter\"\nname = \"fleet/{node}/c{i}\"\n");
+    }
+    text += "[[supervisor.children]]\nid = \"x\"\ngpu = \"counter\"\nname = \"shared/x\"\n";
+    std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+    path
+}
+
+/// A `ringvisor node` process; killed when dropped.
+struct NodeProcess(Child);
+
+impl NodeProcess {
+    /// Starts node `name` on `port` with `cookie`, connected to `peers`; waits for its `ready` line.
+    fn start(name: &str, port: u16, cookie: &str, peers: &[u16]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringvisor"));
+        cmd.env_remove("RUST_LOG").arg("--plain").arg("node").arg(tree_file(name));
+        cmd.args(["--name", name, "--port", &port.to_string(), "--cookie", cookie, "--slots", "16"]);
+        for p in peers {
+            cmd.args(["--connect", &format!("127.0.0.1:{p}")]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("ringvisor node");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = lines.next().expect("a line").expect("stdout");
+        assert!(ready.starts_with("ready: node"), "{ready}");
+        // Keep reading its output so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self(child)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The entries of a lookup as `name@node`, sorted.
+async fn listed(node: &Node, pattern: &str) -> Vec<String> {
+    node.find(pattern).await.unwrap().entries.iter().map(|e| format!("{}@{}", e.name, e.node)).collect()
+}
+
+/// A counter's reply: (total, count).
+fn total(reply: &[u8]) -> (i64, u64) {
+    (i64::from_le_bytes(reply[..8].try_into().unwrap()), u64::from_le_bytes(reply[8..16].try_into().unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_lookup_call_and_lose_a_node() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("c0", GpuChild::new("counter")).name("fleet/a/c0"))
+        .child(ChildSpec::gpu("x", GpuChild::new("counter")).name("shared/x"));
+    let rt = Runtime::start(DeviceConfig::default().slots(8), spec).await.unwrap();
+    let (pa, pb, pc, pd) = (free_port(), free_port(), free_port(), free_port());
+    let a = Node::start(&rt, NodeConfig::new("a", pa, COOKIE)).await.unwrap();
+    assert!(Node::start(&rt, NodeConfig::new("a2", free_port(), COOKIE)).await.is_err(), "one node per process");
+
+    // Another cookie: refused, and nothing of it is visible.
+    let _stranger = NodeProcess::start("d", pd, "another-cookie", &[]);
+    let refused = a.connect(&format!("127.0.0.1:{pd}")).await;
+    assert!(matches!(refused, Err(ringvisor::cluster::ClusterError::Refused { .. })), "{refused:?}");
+    assert!(a.peers().await.is_empty());
+
+    // b, then c connected to b; a connects to b and (transitively) to c.
+    let _b = NodeProcess::start("b", pb, COOKIE, &[]);
+    let mut c = NodeProcess::start("c", pc, COOKIE, &[pb]);
+    assert_eq!(a.connect(&format!("127.0.0.1:{pb}")).await.unwrap(), "b");
+    eventually("a sees b and c", T, || async { a.peers().await == ["b", "c"] }).await;
+
+    let fleet = listed(&a, "fleet/**").await;
+    let mut expected = vec!["fleet/a/c0@a".to_string()];
+    for n in ["b", "c"] {
+        expected.extend((0..3).map(|i| format!("fleet/{n}/c{i}@{n}")));
+    }
+    assert_eq!(fleet, expected);
+    let shared = a.find("shared/*").await.unwrap();
+    assert_eq!(shared.conflicts.len(), 1, "{:?}", shared.conflicts);
+    assert_eq!(shared.conflicts[0].name, "shared/x");
+    assert_eq!(shared.conflicts[0].nodes, ["a", "b", "c"]);
+
+    // Remote calls answer as local ones: the same results...
+    let local = rt.gpu("fleet/a/c0").unwrap();
+    let remote = a.remote("b", "fleet/b/c0").await.expect("b is connected");
+    for delta in [5i64, 7] {
+        let here = local.call(&delta.to_le_bytes(), T).await.unwrap();
+        let there = remote.call(&delta.to_le_bytes(), T).await.unwrap();
+        assert_eq!(total(here.payload().unwrap()), total(&there));
+    }
+    assert_eq!(total(&remote.call(&0i64.to_le_bytes(), T).await.unwrap()), (12, 3));
+    remote.send(&1i64.to_le_bytes()).await.unwrap();
+    // ...and the same errors: the device's error reply, and an unknown name.
+    let short = remote.call(&[1, 2], T).await.unwrap_err();
+    let local_short = local.call(&[1, 2], T).await.unwrap_err();
+    assert!(
+        matches!(&short, RemoteError::Refused { kind, message, .. } if kind == "device" && *message == local_short.to_string()),
+        "{short:?}"
+    );
+    let nobody = a.remote("b", "fleet/b/nobody").await.unwrap().call(&[0; 8], T).await.unwrap_err();
+    assert_eq!(nobody.kind(), "unknown_target", "{nobody:?}");
+
+    // A handle found by lookup calls the same actor.
+    let found = a.find("fleet/c/c1").await.unwrap();
+    let Target::Remote { gpu: Some(c1) } = &found.entries[0].target else { panic!("{:?}", found.entries) };
+    assert_eq!(c1.node(), "c");
+    assert_eq!(total(&c1.call(&3i64.to_le_bytes(), T).await.unwrap()), (3, 1));
+
+    // Node c is killed while calls to it are in flight: each is answered or ends as node_lost, in time.
+    let before = rt.dead_letters().stats().total();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let traffic = tokio::spawn({
+        let (c1, answered) = (c1.clone(), answered.clone());
+        async move {
+            let deadline = Duration::from_secs(2);
+            loop {
+                let t0 = Instant::now();
+                let r = c1.call(&1i64.to_le_bytes(), deadline).await;
+                assert!(t0.elapsed() < deadline + Duration::from_secs(3), "a call outlived its deadline: {r:?}");
+                match r {
+                    Ok(_) => answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    Err(RemoteError::NodeLost { .. }) => return,
+                    Err(e) => panic!("a call to a dying node ended otherwise: {e}"),
+                };
+            }
+        }
+    });
+    eventually("calls to c answered", T, || async { answered.load(std::sync::atomic::Ordering::Relaxed) >= 10 }).await;
+    c.kill();
+    traffic.await.unwrap();
+    let letters = rt.dead_letters().snapshot();
+    assert_eq!(rt.dead_letters().stats().total(), before + 1);
+    assert!(letters
+        .iter()
+        .any(|l| l.reason == DeadLetterReason::NodeLost && l.target.as_deref() == Some("fleet/c/c1@c")));
+    eventually("c's names leave the lookups", T, || async {
+        !listed(&a, "fleet/**").await.iter().any(|e| e.ends_with("@c"))
+    })
+    .await;
+    assert_eq!(a.peers().await, ["b"]);
+
+    // c comes back (a fresh process, its tree started anew) and its names return.
+    let _c = NodeProcess::start("c", pc, COOKIE, &[pb]);
+    eventually("c's names return", T, || async { listed(&a, "fleet/c/*").await.len() == 3 }).await;
+    let c1 = a.remote("c", "fleet/c/c1").await.expect("c is back");
+    assert_eq!(total(&c1.call(&2i64.to_le_bytes(), T).await.unwrap()), (2, 1));
+
+    a.stop();
+    rt.shutdown().await;
+}
