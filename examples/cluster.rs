@@ -21,9 +21,14 @@ fn tree(name: &str) -> SupervisorSpec {
         .child(ChildSpec::gpu("config", GpuChild::new("counter")).name("shared/config"))
 }
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(4701)
+/// Three distinct ports nobody listens on now (each held until all are picked).
+fn free_ports() -> std::io::Result<[u16; 3]> {
+    let held = [(); 3].map(|_| TcpListener::bind("127.0.0.1:0"));
+    let mut ports = [0; 3];
+    for (port, listener) in ports.iter_mut().zip(held) {
+        *port = listener?.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 #[tokio::main]
@@ -35,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return run_node(name, port.parse()?, rest.first().map(|p| p.parse()).transpose()?).await;
         }
     }
-    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let [pa, pb, pc] = free_ports()?;
     let spawn = |name: &str, port: u16, peer: Option<u16>| -> std::io::Result<Child> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args(["--node", name, &port.to_string()]);

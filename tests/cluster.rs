@@ -25,9 +25,10 @@ async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: D
 const COOKIE: &str = "ringvisor-test-cookie";
 const T: Duration = Duration::from_secs(10);
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// `N` distinct ports nobody listens on now (each held until all are picked).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// A tree of `counter` actors `fleet/<node>/c0..c2` and `shared/x`.
@@ -93,9 +94,9 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
         .child(ChildSpec::gpu("c0", GpuChild::new("counter")).name("fleet/a/c0"))
         .child(ChildSpec::gpu("x", GpuChild::new("counter")).name("shared/x"));
     let rt = Runtime::start(DeviceConfig::default().slots(8), spec).await.unwrap();
-    let (pa, pb, pc, pd) = (free_port(), free_port(), free_port(), free_port());
+    let [pa, pb, pc, pd, spare] = free_ports();
     let a = Node::start(&rt, NodeConfig::new("a", pa, COOKIE)).await.unwrap();
-    assert!(Node::start(&rt, NodeConfig::new("a2", free_port(), COOKIE)).await.is_err(), "one node per process");
+    assert!(Node::start(&rt, NodeConfig::new("a2", spare, COOKIE)).await.is_err(), "one node per process");
 
     // Another cookie: refused, and nothing of it is visible.
     let _stranger = NodeProcess::start("d", pd, "another-cookie", &[]);
