@@ -217,15 +217,20 @@ impl Node {
             Some(ractor_cluster::node::NodeConnectionMode::Transitive),
         );
         let (server, _) = Actor::spawn(None, server, ()).await.map_err(|e| fail(e.to_string()))?;
+        // From here a failure stops the server it leaves behind.
+        let stop_server = |why: String| {
+            server.stop(None);
+            fail(why)
+        };
         let (sessions, _) = broadcast::channel(256);
         let subscription = Box::new(SessionEvents(sessions.clone()));
         server
             .cast(NodeServerMessage::SubscribeToEvents { id: "ringvisor".into(), subscription })
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| stop_server(e.to_string()))?;
         let services = runtime.services().clone();
         let (gateway, _) = Actor::spawn(None, Gateway, (config.name.clone(), services.clone()))
             .await
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| stop_server(e.to_string()))?;
         Ok(Node {
             name: config.name.clone(),
             services,
