@@ -31,7 +31,7 @@ fn free_ports<const N: usize>() -> [u16; N] {
     std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
-/// A tree of `counter` actors `fleet/<node>/c0..c2` and `shared/x`.
+/// A tree of `counter` actors `fleet/<node>/c0..c2` and `shared/x`, and a `test` actor `probe/<node>`.
 fn tree_file(node: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ringvisor-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -41,6 +41,7 @@ fn tree_file(node: &str) -> std::path::PathBuf {
         text += &format!("[[supervisor.children]]\nid = \"c{i}\"\ngpu = \"counter\"\nname = \"fleet/{node}/c{i}\"\n");
     }
     text += "[[supervisor.children]]\nid = \"x\"\ngpu = \"counter\"\nname = \"shared/x\"\n";
+    text += &format!("[[supervisor.children]]\nid = \"t\"\ngpu = \"test\"\nname = \"probe/{node}\"\n");
     std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
     path
 }
@@ -140,6 +141,18 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     );
     let nobody = a.remote("b", "fleet/b/nobody").await.unwrap().call(&[0; 8], T).await.unwrap_err();
     assert_eq!(nobody.kind(), "unknown_target", "{nobody:?}");
+
+    // A remote handle stays valid across its actor's restarts: the `test` actor on b fails on op 2, b's
+    // supervisor restarts it, and the same handle reaches the new incarnation.
+    let probe = a.remote("b", "probe/b").await.unwrap();
+    let echo = [1u32.to_le_bytes(), 7u32.to_le_bytes()].concat();
+    assert_eq!(probe.call(&echo, T).await.unwrap(), echo);
+    let failed = probe.call(&[2u32.to_le_bytes(), 0u32.to_le_bytes()].concat(), T).await.unwrap_err();
+    assert_eq!(failed.kind(), "undelivered", "{failed:?}");
+    eventually("the restarted probe answers through the same handle", T, || async {
+        probe.call(&echo, Duration::from_secs(1)).await.as_deref() == Ok(&echo[..])
+    })
+    .await;
 
     // A handle found by lookup calls the same actor.
     let found = a.find("fleet/c/c1").await.unwrap();
