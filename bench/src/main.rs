@@ -3,14 +3,16 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large] [--only-wgpu]`
+//! [--only-large] [--only-wgpu] [--only-remote]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
-//! (beside the CPU backend's).
+//! (beside the CPU backend's); `--only-remote` only the remote round trips over loopback (a second process:
+//! this binary run with `--serve-node PORT`).
 
 mod backends;
 mod heap;
+mod remote;
 mod scenarios;
 mod stats;
 
@@ -29,6 +31,7 @@ fn main() {
     let mut only_registry = false;
     let mut only_large = false;
     let mut only_wgpu = false;
+    let mut only_remote = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -42,6 +45,13 @@ fn main() {
             "--only-registry" => only_registry = true,
             "--only-large" => only_large = true,
             "--only-wgpu" => only_wgpu = true,
+            "--only-remote" => only_remote = true,
+            "--serve-node" => {
+                let port =
+                    args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
+                remote::serve_node(port);
+                return;
+            }
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -68,6 +78,10 @@ fn main() {
     };
     if only_wgpu {
         println!("{}", markdown(&backends::wgpu_rows(scale.latency_samples, scale.throughput_messages, 3)));
+        return;
+    }
+    if only_remote {
+        println!("{}", markdown(&remote_rows(scale.latency_samples)));
         return;
     }
     if only_large {
@@ -102,7 +116,7 @@ fn main() {
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
-         [--only-large] [--only-wgpu]"
+         [--only-large] [--only-wgpu] [--only-remote]"
     );
     std::process::exit(2)
 }
@@ -162,6 +176,14 @@ fn registry_rows(samples: usize) -> Vec<Row> {
             [Row::new(&scenario, find, scan.clone(), target, met), Row::new(&scenario, visit, scan, target, met)]
         })
         .collect()
+}
+
+/// The remote round trip over loopback against ractor_cluster's remote call of a plain actor.
+fn remote_rows(samples: usize) -> Vec<Row> {
+    eprintln!("remote round trip ...");
+    let (ours, theirs) = remote::remote_round_trip(samples / 4);
+    let target = "<= 1.5x ractor_cluster's remote call";
+    vec![Row::new("remote round trip over loopback", ours, theirs, target, |_, _, r| r <= 1.5)]
 }
 
 /// Rows for 4 KiB messages (large messages through the bulk areas).
@@ -238,6 +260,7 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
     }
 
     rows.extend(large_message_rows(&s));
+    rows.extend(remote_rows(s.latency_samples));
 
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, false, s.restart_samples);
