@@ -319,13 +319,25 @@ impl Node {
             .map(|(name, child)| Entry { name, node: self.name.clone(), target: Target::Local(child) })
             .collect();
         let mut unanswered = Vec::new();
-        // A handful of nodes, asked in turn (each answers from its registry, without waiting on actors).
+        // Every node is asked at once (each answers from its registry, without waiting on actors); a node's
+        // name is asked once per gateway and remembered.
+        let mut asks = tokio::task::JoinSet::new();
         for cell in remote_gateways() {
             let gateway: ActorRef<GatewayMsg> = cell.into();
-            let node = self.node_of(&gateway, FIND_TIMEOUT).await;
-            let names = gateway.call(|p| GatewayMsg::Find(pattern.to_string(), p), Some(FIND_TIMEOUT)).await;
-            let (Some(node), Ok(ractor::rpc::CallResult::Success(names))) = (node.clone(), names) else {
-                unanswered.push(node.unwrap_or_else(|| format!("{:?}", gateway.get_id())));
+            let Some(node) = self.node_of(&gateway, FIND_TIMEOUT).await else {
+                unanswered.push(format!("{:?}", gateway.get_id()));
+                continue;
+            };
+            let pattern = pattern.to_string();
+            asks.spawn(async move {
+                let names = gateway.call(|p| GatewayMsg::Find(pattern, p), Some(FIND_TIMEOUT)).await;
+                (gateway, node, names)
+            });
+        }
+        while let Some(joined) = asks.join_next().await {
+            let Ok((gateway, node, names)) = joined else { continue }; // a task never panics: a call's errors are values
+            let Ok(ractor::rpc::CallResult::Success(names)) = names else {
+                unanswered.push(node);
                 continue;
             };
             for (name, gpu) in wire::decode_names(&names) {
@@ -335,6 +347,7 @@ impl Node {
                 entries.push(Entry { name, node: node.clone(), target: Target::Remote { gpu: handle } });
             }
         }
+        unanswered.sort();
         entries.sort_by(|a, b| (&a.name, &a.node).cmp(&(&b.name, &b.node)));
         let mut holders: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for e in &entries {
