@@ -135,6 +135,39 @@ fn run_starts_a_declared_tree_and_stops_it_in_order() {
     assert!(stdout.contains("stopped in order"), "{stdout}");
 }
 
+const TWO_DEVICES: &str = r#"
+[supervisor]
+strategy = "one_for_one"
+
+[[supervisor.children]]
+id = "a"
+gpu = "counter"
+device = 0
+
+[[supervisor.children]]
+id = "b"
+gpu = "counter"
+device = 1
+"#;
+
+#[test]
+fn run_on_several_devices_places_children_by_their_spec() {
+    let tree = temp_file("two_devices.toml", TWO_DEVICES);
+    let out = ringvisor()
+        .args(["--devices", "2", "run", tree.to_str().unwrap(), "--duration", "1", "--plain", "--slots", "4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("devices [Running, Running]"), "{stdout}");
+    assert!(stdout.contains("stopped in order"), "{stdout}");
+    // One device: the child pinned to device 1 is an error with its location.
+    let out = ringvisor().args(["run", tree.to_str().unwrap(), "--duration", "1", "--plain"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("supervisor.children[1].device: device 1 does not exist"), "{stderr}");
+}
+
 #[test]
 fn chaos_runs_a_declared_tree_under_faults_and_prints_the_summary() {
     let args =

@@ -73,7 +73,7 @@ async fn the_live_view_shows_the_tree_restarts_dead_letters_and_events() {
     // pump: running, generation 2, 1 restart.
     let pump_line = row(&text, "pump");
     let cells: Vec<&str> = pump_line.split_whitespace().collect();
-    assert!(cells.windows(3).any(|w| w == ["gpu", "running", &pump.slot().to_string()]), "{pump_line}");
+    assert!(cells.windows(4).any(|w| w == ["gpu", "running", "0", &pump.slot().to_string()]), "{pump_line}");
     assert!(cells.windows(2).any(|w| w == ["2", "1"]), "generation 2, 1 restart: {pump_line}");
     assert!(row(&text, "v2").contains("running"));
     assert!(row(&text, "valves").contains("sup"));
@@ -183,5 +183,43 @@ async fn the_monitor_lists_each_supervisor_once_and_again_only_when_its_children
     let back = sample_until(&mut monitor, &rt, "valves back", |s| ids(s).contains(&"v2")).await;
     assert_eq!(ids(&back), ["device", "root", "pump", "valves", "v1", "v2"]);
     assert_eq!(monitor.listings_asked(), 6);
+    rt.shutdown().await;
+}
+
+/// Two children in the same slot number of two devices: the monitor samples each device's slots apart (a
+/// message rate and a restart on one device never show on the other), and the snapshot lists both devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_keeps_the_devices_of_a_runtime_apart() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("a", GpuChild::new("counter").device(0)).name("two/a"))
+        .child(ChildSpec::gpu("b", GpuChild::new("counter").device(1)).name("two/b"));
+    let config = DeviceConfig::default().slots(4);
+    let rt = Runtime::builder().devices([config.clone(), config]).start(spec).await.unwrap();
+    let (a, b) = (rt.gpu("two/a").unwrap(), rt.gpu("two/b").unwrap());
+    assert_eq!((a.location().0, b.location().0), (0, 1));
+    assert_eq!(a.slot(), b.slot(), "the same slot number on both devices");
+    let mut monitor = Monitor::new(&rt);
+    monitor.sample(&rt).await;
+    for _ in 0..50 {
+        a.call(&1i64.to_le_bytes(), T).await.unwrap();
+    }
+    rt.device_at(1).unwrap().inject(b.slot(), SlotFault::CrashNextMessage).unwrap();
+    assert!(b.call(&1i64.to_le_bytes(), T).await.is_err(), "the crash");
+    let deadline = Instant::now() + T;
+    let snap = loop {
+        let snap = monitor.sample(&rt).await;
+        let b_row = snap.rows.iter().find(|r| r.id == "b").unwrap();
+        if b_row.generation == Some(2) && b_row.state == RunState::Running {
+            break snap;
+        }
+        assert!(Instant::now() < deadline, "restart not seen: {:?}", snap.rows);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let row_of = |id: &str| snap.rows.iter().find(|r| r.id == id).unwrap();
+    assert_eq!((row_of("a").device, row_of("a").generation), (Some(0), Some(1)));
+    assert_eq!((row_of("b").device, row_of("b").generation), (Some(1), Some(2)));
+    assert_eq!(snap.devices.len(), 2);
+    assert_eq!(snap.health(), "[Running, Running]");
+    assert!(ringvisor::app::report::progress_line(&snap).contains("devices [Running, Running]"));
     rt.shutdown().await;
 }

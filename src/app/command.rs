@@ -44,6 +44,10 @@ struct Cli {
     /// The device backend: cpu, cuda, cuda-event, cuda-emulated or wgpu [default: $RINGVISOR_BACKEND, else cpu].
     #[arg(long, global = true, value_name = "NAME", value_parser = backend)]
     backend: Option<Backend>,
+    /// Devices a declared tree runs on (`run`, `chaos`, `node`): independent executors on the CPU backend,
+    /// GPUs 0..N on CUDA; GPU children are placed by their spec (`device`, `placement`).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    devices: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -196,6 +200,7 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
         Some(backend) => DeviceConfig::default().backend(backend),
         None => DeviceConfig::default(),
     };
+    let devices = cli.devices;
     let result = match cli.command {
         Command::Demo { duration, sensors, rate, seed, no_chaos } => {
             let config = DemoConfig {
@@ -208,16 +213,37 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
             demo(config, device, duration, output).await
         }
         Command::Run { tree, duration, slots } => {
-            run_tree(&behaviours, device.slots(slots), tree, duration, output).await
+            run_tree(
+                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
+                tree,
+                duration,
+                output,
+            )
+            .await
         }
         Command::Check { tree } => check(&behaviours, tree),
         #[cfg(feature = "cluster")]
         Command::Node { tree, name, port, cookie, connect, duration, slots } => {
             let config = crate::cluster::NodeConfig::new(name, port, cookie);
-            run_node(&behaviours, device.slots(slots), tree, config, connect, duration).await
+            run_node(
+                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
+                tree,
+                config,
+                connect,
+                duration,
+            )
+            .await
         }
         Command::Chaos { tree, seed, rate, duration, slots } => {
-            chaos(&behaviours, device.slots(slots), tree, seed, rate, duration, output).await
+            chaos(
+                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
+                tree,
+                seed,
+                rate,
+                duration,
+                output,
+            )
+            .await
         }
     };
     match result {
@@ -367,13 +393,31 @@ fn check(behaviours: &BehaviourSet, tree: PathBuf) -> Result<ExitCode, BoxError>
     }
 }
 
-/// Starts the tree of `tree` on a device opened with `device` (its behaviours: `behaviours`).
-async fn start_tree(behaviours: &BehaviourSet, device: DeviceConfig, tree: &PathBuf) -> Result<Runtime, BoxError> {
-    let spec = loader(behaviours).load_file(tree).map_err(|errors| {
-        let hint = errors.0.iter().any(|e| e.message.starts_with("unknown behaviour"));
-        format!("{errors}{}", if hint { format!("\n{REGISTER_HINT}") } else { String::new() })
-    })?;
-    Ok(Runtime::builder().device(device.behaviours(behaviours.clone())).start(spec).await?)
+/// What a declared tree starts on: the behaviours its device code has, and its devices.
+struct Devices<'a> {
+    behaviours: &'a BehaviourSet,
+    /// Each device's configuration (on CUDA, device `i` is GPU `i`).
+    config: DeviceConfig,
+    count: u32,
+}
+
+impl Devices<'_> {
+    /// Loads the tree of `tree` (device indices checked against `count`) and starts it.
+    async fn start_tree(&self, tree: &PathBuf) -> Result<Runtime, BoxError> {
+        let spec = loader(self.behaviours).devices(self.count as usize).load_file(tree).map_err(|errors| {
+            let hint = errors.0.iter().any(|e| e.message.starts_with("unknown behaviour"));
+            format!("{errors}{}", if hint { format!("\n{REGISTER_HINT}") } else { String::new() })
+        })?;
+        let device = self.config.clone().behaviours(self.behaviours.clone());
+        let configs = (0..self.count).map(|i| {
+            let mut config = device.clone();
+            if let Backend::Cuda(cuda) = &mut config.backend {
+                cuda.ordinal = i as i32;
+            }
+            config
+        });
+        Ok(Runtime::builder().devices(configs).start(spec).await?)
+    }
 }
 
 /// Prints the end-of-run summary of a declared tree.
@@ -392,13 +436,12 @@ fn tree_summary(monitor: &mut Monitor, rt: &Runtime, output: Output) {
 }
 
 async fn run_tree(
-    behaviours: &BehaviourSet,
-    device: DeviceConfig,
+    devices: Devices<'_>,
     tree: PathBuf,
     duration: Option<Duration>,
     output: Output,
 ) -> Result<ExitCode, BoxError> {
-    let rt = start_tree(behaviours, device, &tree).await?;
+    let rt = devices.start_tree(&tree).await?;
     let mut monitor = Monitor::new(&rt);
     let title = format!("ringvisor run {}", tree.display());
     let stopped = watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
@@ -416,14 +459,13 @@ async fn run_tree(
 /// the duration or the tree's end.
 #[cfg(feature = "cluster")]
 async fn run_node(
-    behaviours: &BehaviourSet,
-    device: DeviceConfig,
+    devices: Devices<'_>,
     tree: PathBuf,
     config: crate::cluster::NodeConfig,
     peers: Vec<String>,
     duration: Option<Duration>,
 ) -> Result<ExitCode, BoxError> {
-    let rt = start_tree(behaviours, device, &tree).await?;
+    let rt = devices.start_tree(&tree).await?;
     let (name, port) = (config.name.clone(), config.port);
     let node = crate::cluster::Node::start(&rt, config).await?;
     for peer in &peers {
@@ -462,15 +504,14 @@ async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
 }
 
 async fn chaos(
-    behaviours: &BehaviourSet,
-    device: DeviceConfig,
+    devices: Devices<'_>,
     tree: PathBuf,
     seed: u64,
     rate: f64,
     duration: Duration,
     output: Output,
 ) -> Result<ExitCode, BoxError> {
-    let rt = start_tree(behaviours, device, &tree).await?;
+    let rt = devices.start_tree(&tree).await?;
     let mut monitor = Monitor::new(&rt);
     // Every fault kind but the loss of the device (each loss restarts the whole tree).
     let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();

@@ -28,7 +28,8 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
         .direction(Direction::Vertical)
         .constraints([Constraint::Length(3), Constraint::Min(6), Constraint::Length(9)])
         .areas(frame.area());
-    let head = Paragraph::new(format!("{}\n{} | q or Ctrl-C: stop in order", progress_line(snap), snap.device))
+    let devices: Vec<&str> = snap.devices.iter().map(|d| d.describe.as_str()).collect();
+    let head = Paragraph::new(format!("{}\n{} | q or Ctrl-C: stop in order", progress_line(snap), devices.join("; ")))
         .block(Block::default().borders(Borders::ALL).title(format!(" {title} ")));
     frame.render_widget(head, header);
 
@@ -46,6 +47,7 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
             format!("{}{}", "  ".repeat(r.depth), r.id),
             kind.to_string(),
             r.state.label().to_string(),
+            opt(r.device.map(|d| d.to_string())),
             opt(r.slot.map(|s| s.to_string())),
             opt(r.generation.map(|g| g.to_string())),
             r.restarts.to_string(),
@@ -58,6 +60,7 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
         Constraint::Min(24),
         Constraint::Length(5),
         Constraint::Length(11),
+        Constraint::Length(4),
         Constraint::Length(6),
         Constraint::Length(5),
         Constraint::Length(9),
@@ -66,7 +69,7 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, title: &str) {
     ];
     let table = Table::new(rows, widths)
         .header(
-            Row::new(["child", "kind", "state", "slot", "gen", "restarts", "msg/s", "heartbeat"])
+            Row::new(["child", "kind", "state", "dev", "slot", "gen", "restarts", "msg/s", "heartbeat"])
                 .style(Style::default().add_modifier(Modifier::BOLD)),
         )
         .block(Block::default().borders(Borders::ALL).title(if fits < snap.rows.len() {

@@ -43,6 +43,8 @@ pub struct ChildRow {
     pub kind: ChildKind,
     /// Its run state, as its supervisor reports it.
     pub state: RunState,
+    /// The device's index among the runtime's devices (GPU actors).
+    pub device: Option<usize>,
     /// The device slot (GPU actors).
     pub slot: Option<u32>,
     /// The incarnation on the device (GPU actors).
@@ -60,10 +62,8 @@ pub struct ChildRow {
 pub struct Snapshot {
     /// Since the monitor started.
     pub elapsed: Duration,
-    /// The executor, in words.
-    pub device: String,
-    /// Whether the device answers.
-    pub health: DeviceHealth,
+    /// The runtime's devices, by index: each executor in words and whether it answers.
+    pub devices: Vec<DeviceLine>,
     /// Every child, depth first in start order.
     pub rows: Vec<ChildRow>,
     /// Dead letters by reason.
@@ -76,8 +76,27 @@ pub struct Snapshot {
     pub restarts: u64,
     /// Supervisors that exceeded their intensity.
     pub escalations: u64,
-    /// Messages processed per second over the whole device since the previous sample.
+    /// Messages processed per second over every device since the previous sample.
     pub msgs_per_sec: f64,
+}
+
+/// One of the runtime's devices in a [`Snapshot`].
+#[derive(Clone, Debug)]
+pub struct DeviceLine {
+    /// The executor, in words.
+    pub describe: String,
+    /// Whether the device answers.
+    pub health: DeviceHealth,
+}
+
+impl Snapshot {
+    /// The devices' health in a few words: `Running` for one device, `[Running, Lost]` for several.
+    pub fn health(&self) -> String {
+        match self.devices.as_slice() {
+            [one] => format!("{:?}", one.health),
+            all => format!("{:?}", all.iter().map(|d| d.health).collect::<Vec<_>>()),
+        }
+    }
 }
 
 /// A device slot as last sampled.
@@ -134,7 +153,8 @@ pub struct Monitor {
     restarts: u64,
     escalations: u64,
     /// By slot.
-    slots: Vec<Option<SlotSample>>,
+    /// Each device's slots as last sampled, by device index, then slot.
+    slots: Vec<Vec<Option<SlotSample>>>,
     /// Each supervisor incarnation's listing, by its actor.
     listings: HashMap<ActorId, Listing>,
     /// `which_children` calls made so far (a steady tree makes none).
@@ -231,7 +251,6 @@ impl Monitor {
         let now = Instant::now();
         let dt = now.duration_since(self.sampled_at).as_secs_f64().max(1e-3);
         self.sampled_at = now;
-        let device = rt.device();
         let mut rows = Vec::new();
         let mut total_rate = 0.0;
         let mut visited = HashSet::new();
@@ -260,6 +279,7 @@ impl Monitor {
                     id: c.id.clone(),
                     kind: ChildKind::Host,
                     state,
+                    device: None,
                     slot: None,
                     generation: None,
                     restarts,
@@ -272,7 +292,8 @@ impl Monitor {
                     nested = SupervisorRef::from_child(&c.child).map(|s| Walk::Expand(s, c.id.clone(), depth + 1));
                 } else if let Some(gpu) = c.child.gpu() {
                     row.kind = ChildKind::Gpu;
-                    self.sample_slot(&mut row, &gpu.device(), gpu.slot(), now, dt);
+                    let (index, device, slot) = gpu.location();
+                    self.sample_slot(&mut row, index, &device, slot, now, dt);
                     total_rate += row.msgs_per_sec;
                 }
                 level.push(Walk::Row(row));
@@ -286,8 +307,7 @@ impl Monitor {
         let (restarts, escalations) = self.counts();
         Snapshot {
             elapsed: self.started.elapsed(),
-            device: device.describe(),
-            health: device.health(),
+            devices: rt.devices().iter().map(|d| DeviceLine { describe: d.describe(), health: d.health() }).collect(),
             rows,
             dead_letters: rt.dead_letters().stats(),
             recent_dead_letters: self.recent_dead.iter().cloned().collect(),
@@ -319,14 +339,18 @@ enum Walk {
 
 impl Monitor {
     /// Fills a GPU child's row from its slot's control block.
-    fn sample_slot(&mut self, row: &mut ChildRow, device: &Device, slot: u32, now: Instant, dt: f64) {
+    fn sample_slot(&mut self, row: &mut ChildRow, index: usize, device: &Device, slot: u32, now: Instant, dt: f64) {
+        row.device = Some(index);
         row.slot = Some(slot);
         let Ok(now_seen) = device.activity(slot) else { return };
-        let index = slot as usize;
         if self.slots.len() <= index {
-            self.slots.resize_with(index + 1, || None);
+            self.slots.resize_with(index + 1, Vec::new);
         }
-        let sample = self.slots[index].get_or_insert(SlotSample {
+        let samples = &mut self.slots[index];
+        if samples.len() <= slot as usize {
+            samples.resize_with(slot as usize + 1, || None);
+        }
+        let sample = samples[slot as usize].get_or_insert(SlotSample {
             generation: now_seen.generation,
             heartbeat: now_seen.heartbeat,
             heartbeat_moved: now,

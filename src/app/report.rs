@@ -46,13 +46,14 @@ fn counts(snap: &Snapshot) -> (usize, usize, usize) {
 pub fn progress_line(snap: &Snapshot) -> String {
     let (running, all, gpu) = counts(snap);
     format!(
-        "[{:>6.1}s] children running {running}/{all} ({gpu} GPU actors)  {:.0} msg/s  restarts {}  escalations {}  dead letters {}  device {:?}",
+        "[{:>6.1}s] children running {running}/{all} ({gpu} GPU actors)  {:.0} msg/s  restarts {}  escalations {}  dead letters {}  {} {}",
         snap.elapsed.as_secs_f64(),
         snap.msgs_per_sec,
         snap.restarts,
         snap.escalations,
         snap.dead_letters.total(),
-        snap.health
+        if snap.devices.len() == 1 { "device" } else { "devices" },
+        snap.health()
     )
 }
 
@@ -77,7 +78,7 @@ pub fn progress_json(snap: &Snapshot) -> Value {
         "restarts": snap.restarts,
         "escalations": snap.escalations,
         "dead_letters": dead_letters_json(&snap.dead_letters),
-        "device": format!("{:?}", snap.health),
+        "device": snap.health(),
     })
 }
 

@@ -53,6 +53,12 @@ impl GpuActorShared {
         read(&self.home).slots.device.clone()
     }
 
+    /// The child's device index in the runtime, its device and its slot, read together.
+    pub(crate) fn location(&self) -> (usize, Device, u32) {
+        let home = read(&self.home);
+        (home.slots.index, home.slots.device.clone(), home.slot)
+    }
+
     /// The child's device and slot, read together, for use after the lock (an await, a spawned task).
     pub(crate) fn placed(&self) -> (Device, u32) {
         self.with(|device, slot| (device.clone(), slot))
@@ -280,6 +286,12 @@ impl GpuActorRef {
     /// device lost, and the child moves).
     pub fn slot(&self) -> u32 {
         self.gpu().slot()
+    }
+
+    /// Where the child lives, read together: its device's index among the runtime's devices, the device and
+    /// the slot (see [`GpuActorRef::device`] and [`GpuActorRef::slot`]).
+    pub fn location(&self) -> (usize, Device, u32) {
+        self.gpu().location()
     }
 
     /// The child's id.
