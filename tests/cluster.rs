@@ -135,10 +135,8 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     // ...and the same errors: the device's error reply, and an unknown name.
     let short = remote.call(&[1, 2], T).await.unwrap_err();
     let local_short = local.call(&[1, 2], T).await.unwrap_err();
-    assert!(
-        matches!(&short, RemoteError::Refused { kind, message, .. } if kind == "device" && *message == local_short.to_string()),
-        "{short:?}"
-    );
+    let same_as_local = |kind: &str, message: &str| kind == "device" && message == local_short.to_string();
+    assert!(matches!(&short, RemoteError::Refused { kind, message, .. } if same_as_local(kind, message)), "{short:?}");
     let nobody = a.remote("b", "fleet/b/nobody").await.unwrap().call(&[0; 8], T).await.unwrap_err();
     assert_eq!(nobody.kind(), "unknown_target", "{nobody:?}");
 

@@ -335,7 +335,8 @@ impl Node {
             });
         }
         while let Some(joined) = asks.join_next().await {
-            let Ok((gateway, node, names)) = joined else { continue }; // a task never panics: a call's errors are values
+            // A task never panics (a call's errors are values), so a join error is not expected.
+            let Ok((gateway, node, names)) = joined else { continue };
             let Ok(ractor::rpc::CallResult::Success(names)) = names else {
                 unanswered.push(node);
                 continue;

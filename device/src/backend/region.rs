@@ -60,9 +60,9 @@ impl HostRegion {
     }
 
     /// Asks the kernel to back bytes `start..end` with transparent huge pages: the arrays with a record for
-    /// every slot, which opening the device, every create or every step touches. Page by page, a device of 100,000 slots takes
-    /// tens of thousands of faults to start (each write after the zero page's read also flushes the other
-    /// cores' TLBs); huge pages take a few dozen. The rings and bulk areas stay out: their pages are touched
+    /// every slot, which opening the device, every create or every step touches. Page by page, a device of
+    /// 100,000 slots takes tens of thousands of faults to start (each write after the zero page's read also
+    /// flushes the other cores' TLBs); huge pages take a few dozen. The rings and bulk areas stay out: their pages are touched
     /// only where messages flow. Advice only: where the kernel has no huge pages (or elsewhere than Linux)
     /// nothing changes.
     pub(crate) fn dense(&self, start: u64, end: u64) -> &Self {
