@@ -192,6 +192,44 @@ async fn a_lost_device_fails_only_its_children_which_restart_on_its_replacement_
     rt.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_quarantined_slots_on_one_of_several_devices_replace_that_device_only() {
+    let rt = Runtime::builder().devices([config(), config()]).quarantine_limit(1).start(two_device_tree()).await;
+    let rt = rt.unwrap();
+    let (dev0, old1) = (rt.device_at(0).unwrap(), rt.device_at(1).unwrap());
+    let gpu = |name: &str| rt.gpu(&format!("app/{name}")).unwrap();
+    let (a, b, c, d) = (gpu("a"), gpu("b"), gpu("c"), gpu("d"));
+    for actor in [&a, &b, &c, &d] {
+        assert_eq!(total(actor, 5).await.unwrap(), 5);
+    }
+    let before = [a.slot(), b.slot()].map(|s| dev0.host_view(s).unwrap());
+
+    // c and d wedge: each is quarantined and moves to another slot of device 1; two quarantined slots are
+    // over the limit of 1, so device 1 is given up on as a lost device and replaced.
+    for name in ["app/c", "app/d"] {
+        rt.faults().inject(name, InjectedFault::Wedge).unwrap();
+        rt.gpu(name).unwrap().send(&1i64.to_le_bytes()).unwrap();
+    }
+    eventually("device 1 replaced", || !rt.device_at(1).unwrap().same_device(&old1)).await;
+    assert_eq!(old1.health(), DeviceHealth::Lost);
+    let cause = old1.loss_cause().unwrap_or_default();
+    assert!(cause.contains("slots quarantined on device 1"), "{cause}");
+    eventually("c and d running", || c.status() == ChildStatus::Running && d.status() == ChildStatus::Running).await;
+    let new1 = rt.device_at(1).unwrap();
+    assert!(c.device().same_device(&new1) && d.device().same_device(&new1));
+    assert_eq!(total(&c, 2).await.unwrap(), 2, "from fresh state on the new device");
+    assert_eq!(total(&d, 3).await.unwrap(), 3);
+    assert!(rt.services().quarantined_slots_on(1).is_empty(), "the new device has no quarantined slot");
+
+    // Device 0 was not touched: same device, same incarnations, state kept; no whole-tree restart.
+    assert!(rt.device_at(0).unwrap().same_device(&dev0));
+    assert_eq!([a.slot(), b.slot()].map(|s| dev0.host_view(s).unwrap()), before);
+    assert_eq!(total(&a, 1).await.unwrap(), 6);
+    assert_eq!(total(&b, 1).await.unwrap(), 6);
+    assert!(rt.is_running());
+    rt.shutdown().await;
+}
+
 /// The exits among the events already received that concern `children`.
 fn exits_of(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent>, children: &[&str]) -> Vec<String> {
     let mut found = Vec::new();

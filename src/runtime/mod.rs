@@ -85,7 +85,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Most quarantined slots the device may have (default 16); one more and the device is restarted.
+    /// Most quarantined slots a device may have (default 16); one more and the device is restarted: with one
+    /// device, the whole tree (as for a lost device); with several, as a lost device of several (only its
+    /// children exit, `device_lost`, and restart on its replacement).
     pub fn quarantine_limit(mut self, limit: usize) -> Self {
         self.quarantine_limit = limit;
         self
@@ -321,6 +323,16 @@ impl Keeper {
         let several = self.configs.len() > 1;
         for (index, config) in self.configs.iter().enumerate() {
             let device = self.services.device_at(index).ok_or("no device")?;
+            let quarantined = self.services.quarantined_slots_on(index).len();
+            if quarantined > self.limit {
+                if !several {
+                    return Err(format!("{quarantined} slots quarantined (limit {})", self.limit));
+                }
+                // One of several: given up on as a lost device (only its children restart), and replaced below.
+                let cause = format!("{quarantined} slots quarantined on device {index} (limit {})", self.limit);
+                tracing::warn!(index, quarantined, "device retired: too many quarantined slots");
+                device.retire(cause);
+            }
             if device.health() == DeviceHealth::Lost {
                 if !several {
                     return Err("device lost: block 0 stopped answering".into());
@@ -332,11 +344,6 @@ impl Keeper {
                 tracing::warn!(index, backend = %new.describe(), "lost device replaced");
                 metrics::counter!("ringvisor_device_restarts_total").increment(1);
                 self.services.replace_device_at(index, new);
-            }
-            let quarantined = self.services.quarantined_slots_on(index).len();
-            if quarantined > self.limit {
-                let on = if several { format!(" on device {index}") } else { String::new() };
-                return Err(format!("{quarantined} slots quarantined{on} (limit {})", self.limit));
             }
         }
         Ok(())

@@ -51,6 +51,17 @@ impl Device {
         lock(&self.inner.loss_cause).clone()
     }
 
+    /// Declares the device lost now, for `cause` (what [`Device::loss_cause`] then says): as when block 0
+    /// stops answering, the executor is stopped, what it published is read, every message it had not
+    /// consumed is handed back (a [`EventKind::DeviceLost`] event per slot, reason
+    /// [`UndeliveredReason::DeviceLost`]) and everything still waiting fails with [`DeviceError::DeviceLost`].
+    /// For a device its owner gives up on while it still answers (too many quarantined slots). A device
+    /// already lost or shut down is left as it is.
+    pub fn retire(&self, cause: impl Into<String>) {
+        let mut st = lock(&self.inner.poll);
+        self.inner.declare_lost(&mut st, cause.into());
+    }
+
     /// Stops the executor and the poller. Messages the device had not consumed are handed back (an
     /// [`EventKind::DeviceStopped`] event per slot, reason [`UndeliveredReason::LeftInInbox`]); commands and
     /// calls still waiting then resolve with [`DeviceError::Closed`]; streams close. Idempotent.
