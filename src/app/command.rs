@@ -200,7 +200,8 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
         Some(backend) => DeviceConfig::default().backend(backend),
         None => DeviceConfig::default(),
     };
-    let devices = cli.devices;
+    // Where a declared tree starts: `cli.devices` devices of `slots` slots each.
+    let on = |slots: u32| Devices { behaviours: &behaviours, config: device.clone().slots(slots), count: cli.devices };
     let result = match cli.command {
         Command::Demo { duration, sensors, rate, seed, no_chaos } => {
             let config = DemoConfig {
@@ -212,38 +213,15 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
             };
             demo(config, device, duration, output).await
         }
-        Command::Run { tree, duration, slots } => {
-            run_tree(
-                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
-                tree,
-                duration,
-                output,
-            )
-            .await
-        }
+        Command::Run { tree, duration, slots } => run_tree(on(slots), tree, duration, output).await,
         Command::Check { tree } => check(&behaviours, tree),
         #[cfg(feature = "cluster")]
         Command::Node { tree, name, port, cookie, connect, duration, slots } => {
             let config = crate::cluster::NodeConfig::new(name, port, cookie);
-            run_node(
-                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
-                tree,
-                config,
-                connect,
-                duration,
-            )
-            .await
+            run_node(on(slots), tree, config, connect, duration).await
         }
         Command::Chaos { tree, seed, rate, duration, slots } => {
-            chaos(
-                Devices { behaviours: &behaviours, config: device.slots(slots), count: devices },
-                tree,
-                seed,
-                rate,
-                duration,
-                output,
-            )
-            .await
+            chaos(on(slots), tree, seed, rate, duration, output).await
         }
     };
     match result {

@@ -195,9 +195,9 @@ impl Node {
     /// Starts this runtime's node: the ractor_cluster node server on `config.port` and the gateway.
     /// One node per process: ractor's process groups, which carry the gateways, are the process's.
     pub async fn start(runtime: &Runtime, config: NodeConfig) -> Result<Node, ClusterError> {
-        let fail = |why: String| ClusterError::Start { node: config.name.clone(), why };
         if NODE_RUNNING.swap(true, Ordering::AcqRel) {
-            return Err(fail("this process already runs a node (one per process)".into()));
+            let why = "this process already runs a node (one per process)".into();
+            return Err(ClusterError::Start { node: config.name.clone(), why });
         }
         let started = Self::start_server(runtime, &config).await;
         if started.is_err() {
@@ -298,12 +298,7 @@ impl Node {
 
     /// The names of the connected nodes whose gateways answer, sorted.
     pub async fn peers(&self) -> Vec<String> {
-        let mut names = Vec::new();
-        for cell in remote_gateways() {
-            if let Some(name) = self.node_of(&cell.into(), FIND_TIMEOUT).await {
-                names.push(name);
-            }
-        }
+        let mut names: Vec<String> = self.gateways().await.into_iter().filter_map(Result::ok).map(|(n, _)| n).collect();
         names.sort();
         names
     }
@@ -322,11 +317,13 @@ impl Node {
         // Every node is asked at once (each answers from its registry, without waiting on actors); a node's
         // name is asked once per gateway and remembered.
         let mut asks = tokio::task::JoinSet::new();
-        for cell in remote_gateways() {
-            let gateway: ActorRef<GatewayMsg> = cell.into();
-            let Some(node) = self.node_of(&gateway, FIND_TIMEOUT).await else {
-                unanswered.push(format!("{:?}", gateway.get_id()));
-                continue;
+        for gateway in self.gateways().await {
+            let (node, gateway) = match gateway {
+                Ok(named) => named,
+                Err(id) => {
+                    unanswered.push(id);
+                    continue;
+                }
             };
             let pattern = pattern.to_string();
             asks.spawn(async move {
@@ -368,15 +365,7 @@ impl Node {
         let gateway = if node == self.name {
             self.gateway.clone()
         } else {
-            let mut found = None;
-            for cell in remote_gateways() {
-                let gateway: ActorRef<GatewayMsg> = cell.into();
-                if self.node_of(&gateway, FIND_TIMEOUT).await.as_deref() == Some(node) {
-                    found = Some(gateway);
-                    break;
-                }
-            }
-            found?
+            self.gateways().await.into_iter().filter_map(Result::ok).find(|(n, _)| n == node)?.1
         };
         Some(RemoteGpuRef::new(node.to_string(), name.to_string(), gateway, self.services.dead_letters().clone()))
     }
@@ -389,6 +378,23 @@ impl Node {
             self.server.stop(None);
             NODE_RUNNING.store(false, Ordering::Release);
         }
+    }
+
+    /// The other nodes' gateways with their node names; `Err` (the gateway's id) for one that did not say its
+    /// name in time. The remembered names of gateways no longer in the group (lost nodes) are dropped.
+    async fn gateways(&self) -> Vec<Result<(String, ActorRef<GatewayMsg>), String>> {
+        let members = remote_gateways();
+        let ids: Vec<ActorId> = members.iter().map(ActorCell::get_id).collect();
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).retain(|id, _| ids.contains(id));
+        let mut named = Vec::with_capacity(members.len());
+        for cell in members {
+            let gateway: ActorRef<GatewayMsg> = cell.into();
+            named.push(match self.node_of(&gateway, FIND_TIMEOUT).await {
+                Some(node) => Ok((node, gateway)),
+                None => Err(format!("{:?}", gateway.get_id())),
+            });
+        }
+        named
     }
 
     /// The name of the node a gateway belongs to (asked once, then remembered).
