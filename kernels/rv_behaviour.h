@@ -61,12 +61,25 @@ RV_API int rv_reply(rv_actor_ctx *ctx, const void *payload, uint32_t len);
 /* Answer the host with an error code instead of a reply (same rules as rv_reply). */
 RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail);
 /* Send a notification to another actor's kernel-to-kernel inbox (at most RV_MAX_SENDS_PER_MESSAGE sends per
- * message). The receiver cannot reply to the host about it. Returns RV_ERR_SLOT_RANGE,
+ * message): `destination` is a slot of this device, or a routed address (rv_address) of an actor on any device of
+ * the runtime. The receiver cannot reply to the host about it. Returns RV_ERR_SLOT_RANGE,
  * RV_ERR_PAYLOAD_TOO_LARGE, RV_ERR_LIMIT or RV_ERR_K2K_FULL on failure (K2K_FULL: no cell, or for a large
  * payload no bulk room or another large send in progress, now: return RV_STALL to try again). */
 RV_API int rv_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
+/* The routed address of the actor in `slot` of device `device` (the index of the device in the host's runtime):
+ * rv_send and rv_forward to it go through the host, to any device of the runtime (this one included). A routed
+ * send takes a cell of the sender's outbox until the host has read it (RV_ERR_K2K_FULL while the outbox has no
+ * cell to spare: return RV_STALL), carries at most RV_PAYLOAD_BYTES (RV_ERR_PAYLOAD_TOO_LARGE), and reaches the
+ * receiver's host inbox as an RV_KIND_K2K message whose source is the sender's routed address. Whether the
+ * target runs is known only to the host: a message it cannot deliver becomes a dead letter there. Returns
+ * RV_HOST_ENDPOINT (refused by rv_send) for a device or slot out of range. */
+RV_FN uint32_t rv_address(uint32_t device, uint32_t slot) {
+    if (device >= RV_MAX_ROUTED_DEVICES || slot > RV_ROUTED_SLOT_MASK) return RV_HOST_ENDPOINT;
+    return RV_ROUTED_BIT | (device << RV_ROUTED_DEVICE_SHIFT) | slot;
+}
 /* Like rv_send, but hands the duty to answer the current message to the receiver: its rv_reply answers the
- * host's original message (same correlation). The forwarding actor may then not reply itself. */
+ * host's original message (same correlation), on another device too (the host moves the waiting call). The
+ * forwarding actor may then not reply itself. */
 RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len);
 /* Stop making progress (and stop the heartbeat) for ns nanoseconds, or until the slot is killed. */
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns);

@@ -20,13 +20,21 @@
 #include "rv_port.h"
 
 #define RV_MAGIC 0x52564752u /* "RGVR" */
-#define RV_PROTOCOL_VERSION 4u
+#define RV_PROTOCOL_VERSION 5u
 #define RV_PAYLOAD_BYTES 96u
 #define RV_INIT_BYTES 96u
 #define RV_MAX_BEHAVIOURS 256u
 #define RV_NO_INDEX 0xFFFFFFFFu
 #define RV_HOST_ENDPOINT 0xFFFFFFFFu
 #define RV_MAX_SENDS_PER_MESSAGE 4u
+/* Kernel-to-kernel addresses: a slot of the sender's own device (below RV_ROUTED_BIT), or a *routed* address,
+ * RV_ROUTED_BIT | device << RV_ROUTED_DEVICE_SHIFT | slot: the actor in `slot` of device `device` of the host's
+ * runtime (devices 0 to RV_MAX_ROUTED_DEVICES - 1, slots below 2^24), reached through the host. A routed send
+ * travels in the sender's outbox, the host writes it into the target's inbox (rv_stage_routed). */
+#define RV_ROUTED_BIT 0x80000000u
+#define RV_ROUTED_DEVICE_SHIFT 24u
+#define RV_ROUTED_SLOT_MASK 0x00FFFFFFu
+#define RV_MAX_ROUTED_DEVICES 127u /* device 127 with the largest slot would be RV_HOST_ENDPOINT */
 #define RV_COMMANDS_PER_STEP 1024u /* most commands block 0 carries out in one step (it beats after each) */
 #define RV_IDLE_BEAT_NS 1000000ull /* an idle Active actor's heartbeat: at most once per millisecond */
 #define RV_QUIET_NO 0u             /* the next step is a full one */

@@ -70,6 +70,7 @@ struct rv_actor_ctx {
     uint32_t reply_bulk_end; /* ... and on commit the area's producer counter moves to here */
     uint32_t reply_forwarded; /* the duty to reply went to another actor with rv_forward */
     uint32_t send_count;
+    uint32_t routed_count; /* routed sends staged in the outbox past its tail (published on commit) */
     rv_k2k_cell *send_cells[RV_MAX_SENDS_PER_MESSAGE];
     uint32_t send_pos[RV_MAX_SENDS_PER_MESSAGE];
 };
@@ -168,6 +169,7 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
     ctx->reply_bulk = 0;
     ctx->reply_forwarded = 0;
     ctx->send_count = 0;
+    ctx->routed_count = 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -430,12 +432,42 @@ RV_API int rv_reply_error(rv_actor_ctx *ctx, int32_t code, uint32_t detail) {
     return rv_stage_reply(ctx, RV_KIND_ERROR, &p, sizeof(p));
 }
 
+/* A send to a routed address (rv_address): the envelope is written to this slot's outbox past its tail, and the
+ * host routes it once the message commits (rv_finish_message moves the tail over it; a voided message leaves the
+ * cell to be overwritten). One outbox cell stays free for the message's reply (room for which was checked before
+ * the message was dispatched). Inline payloads only. */
+RV_FN int rv_stage_routed(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len, uint8_t flags) {
+    const rv_grid_view *g = ctx->g;
+    if ((destination >> RV_ROUTED_DEVICE_SHIFT) - (RV_ROUTED_BIT >> RV_ROUTED_DEVICE_SHIFT) >= RV_MAX_ROUTED_DEVICES)
+        return RV_ERR_SLOT_RANGE;
+    if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
+    if (ctx->send_count + ctx->routed_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
+    if (g->outbox_capacity < 2u) return RV_ERR_LIMIT; /* no cell to spare, ever */
+    uint32_t tail = ctx->cb->outbox_tail + ctx->routed_count;
+    uint32_t used = tail - rv_load_acquire_u32(&ctx->cb->outbox_head);
+    if (used + 2u > g->outbox_capacity) return RV_ERR_K2K_FULL;
+    rv_envelope e;
+    e.kind = RV_KIND_K2K;
+    e.flags = flags;
+    e.payload_len = (uint16_t)len;
+    e.source = ctx->slot;
+    e.destination = destination;
+    e.generation = ctx->generation;
+    e.correlation = ctx->msg->correlation;
+    e.hlc = ctx->hlc;
+    rv_copy_bytes(e.payload, payload, len);
+    rv_copy_envelope(rv_outbox_cell(g, ctx->slot, tail), &e);
+    ctx->routed_count += 1;
+    return RV_OK;
+}
+
 RV_FN int rv_stage_send(rv_actor_ctx *ctx, uint32_t destination, const void *payload, uint32_t len, uint8_t flags) {
     const rv_grid_view *g = ctx->g;
     if (ctx->init_phase) return RV_ERR_NOT_ALLOWED;
+    if (destination & RV_ROUTED_BIT) return rv_stage_routed(ctx, destination, payload, len, flags);
     if (destination >= g->slot_count) return RV_ERR_SLOT_RANGE;
     if (len > rv_max_payload(ctx)) return RV_ERR_PAYLOAD_TOO_LARGE;
-    if (ctx->send_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
+    if (ctx->send_count + ctx->routed_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
     uint32_t target_state = rv_load_acquire_u32(&g->blocks[destination].state);
     if (target_state != RV_STATE_ACTIVE && target_state != RV_STATE_DRAINING) return RV_ERR_TARGET_GONE;
     rv_k2k_meta *meta = &g->k2k_meta[destination];
@@ -523,19 +555,25 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
         rv_store_release_dev_u32(&cell->seq, ctx->send_pos[i] + 1);
         rv_mark_work(ctx->g, destination);
     }
-    if (ok) ctx->cb->k2k_sent += ctx->send_count;
+    if (ok) ctx->cb->k2k_sent += ctx->send_count + ctx->routed_count;
+    /* the routed sends lie in the outbox from its tail on; the reply goes after them */
+    uint32_t tail = ctx->cb->outbox_tail;
+    uint32_t publish = ok ? tail + ctx->routed_count : tail;
     ctx->send_count = 0;
+    ctx->routed_count = 0;
     ctx->reply_forwarded = 0;
     if (ctx->reply_staged) {
         if (ok) {
-            uint32_t tail = ctx->cb->outbox_tail;
-            rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, tail), &ctx->reply);
+            rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, publish), &ctx->reply);
             if (ctx->reply_bulk) ctx->g->actors[ctx->slot].outbox_bulk_tail = ctx->reply_bulk_end;
-            rv_store_release_u32(&ctx->cb->outbox_tail, tail + 1);
-            out |= RV_STEP_REPLIED;
+            publish += 1;
         }
         ctx->reply_staged = 0;
         ctx->reply_bulk = 0;
+    }
+    if (publish != tail) {
+        rv_store_release_u32(&ctx->cb->outbox_tail, publish);
+        out |= RV_STEP_REPLIED;
     }
     return out;
 }
@@ -576,8 +614,10 @@ RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb) {
 /* A host message is well formed: a user message for this slot, its payload inline or in the slot's inbox bulk
  * area (a reference that names bytes outside that area is refused). */
 RV_FN int rv_envelope_valid(const rv_grid_view *g, const rv_envelope *e, uint32_t slot) {
-    if (e->kind != RV_KIND_USER && e->kind != RV_KIND_STATE) return 0;
+    if (e->kind != RV_KIND_USER && e->kind != RV_KIND_STATE && e->kind != RV_KIND_K2K) return 0;
     if (e->payload_len > RV_PAYLOAD_BYTES || e->destination != slot) return 0;
+    /* a routed kernel-to-kernel message (the host delivers it here): inline only */
+    if (e->kind == RV_KIND_K2K) return !(e->flags & RV_FLAG_BULK);
     return !(e->flags & RV_FLAG_BULK) || rv_bulk_at(g, g->inbox_bulk, slot, e) != 0;
 }
 
@@ -793,6 +833,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             rv_actor_fail(g, slot, cb, rc, head);
             return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
         }
+        if (msg->kind == RV_KIND_K2K) cb->k2k_received += 1;
         head += 1;
         rv_store_release_u32(&cb->inbox_head, head);
         out |= rv_finish_message(&ctx, 1);

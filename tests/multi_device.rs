@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use ringvisor::device::{DeviceConfig, DeviceHealth, SlotState};
+use ringvisor::device::{DeviceConfig, DeviceError, DeviceHealth, SlotState};
 use ringvisor::faults::InjectedFault;
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
@@ -256,5 +256,100 @@ async fn with_one_device_a_lost_device_still_restarts_the_whole_tree() {
     // The tree was started again: a new child behind the name, the old handle gone.
     eventually("a new a", || rt.gpu("app/a").is_some_and(|n| !n.child().same_child(&a.child()))).await;
     eventually("the old handle ends", || a.status().has_ended()).await;
+    rt.shutdown().await;
+}
+
+/// A `test` behaviour message: forward the echo of `id` to `address` (the echo answers the host's call).
+fn forward_echo(address: u32, id: u32) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(24);
+    msg.extend_from_slice(&4u32.to_le_bytes()); // forward
+    msg.extend_from_slice(&address.to_le_bytes());
+    msg.extend_from_slice(&1u32.to_le_bytes()); // echo
+    msg.extend_from_slice(&id.to_le_bytes());
+    msg.extend_from_slice(&0u64.to_le_bytes());
+    msg
+}
+
+/// The id an echo message (or its echo) carries.
+fn echo_id(payload: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(payload.get(4..8)?.try_into().ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_to_kernel_messages_between_devices_are_answered_or_dead_lettered_once_through_restarts() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(100, Duration::from_secs(10))
+        .child(counter("fwd", GpuChild::new("test").device(0)))
+        .child(counter("echo", GpuChild::new("test").device(1)));
+    let rt = Runtime::builder().devices([config(), config()]).start(spec).await.unwrap();
+    let (fwd, echo) = (rt.gpu("app/fwd").unwrap(), rt.gpu("app/echo").unwrap());
+    let address = echo.address().expect("a routed address");
+    assert_eq!((device_of(&rt, &fwd), device_of(&rt, &echo)), (0, 1));
+
+    // Four callers, each a call at a time through `fwd` (device 0) to `echo` (device 1); meanwhile `echo` is
+    // crashed and killed (its supervisor restarts it at the same address) at points of the traffic.
+    let (tasks, per_task) = (4u32, 60u32);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut callers = tokio::task::JoinSet::new();
+    for t in 0..tasks {
+        let (fwd, done) = (fwd.clone(), done.clone());
+        callers.spawn(async move {
+            let mut outcomes = Vec::new();
+            for i in 0..per_task {
+                let id = t * per_task + i;
+                let started = Instant::now();
+                let outcome = fwd.call(&forward_echo(address, id), T).await;
+                assert!(started.elapsed() < T + Duration::from_secs(3), "call {id} answered within its deadline");
+                outcomes.push((id, outcome));
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            outcomes
+        });
+    }
+    let faults = [
+        (20, InjectedFault::CrashNextMessage),
+        (60, InjectedFault::KillDeviceActor),
+        (100, InjectedFault::CrashNextMessage),
+        (140, InjectedFault::CrashNextMessage),
+    ];
+    for (after, fault) in faults {
+        eventually("the traffic to go on", || done.load(std::sync::atomic::Ordering::Relaxed) >= after).await;
+        rt.faults().inject("app/echo", fault).unwrap();
+    }
+    let mut answered = 0;
+    let mut failed = std::collections::BTreeSet::new();
+    while let Some(outcomes) = callers.join_next().await {
+        for (id, outcome) in outcomes.unwrap() {
+            match outcome {
+                Ok(reply) => {
+                    assert_eq!(echo_id(reply.payload().unwrap()), Some(id), "the echo of call {id}");
+                    assert_eq!(reply.slot, echo.slot(), "answered by echo, on device 1");
+                    answered += 1;
+                }
+                Err(SendError::Undelivered { .. } | SendError::Device(DeviceError::Unroutable { .. })) => {
+                    failed.insert(id);
+                }
+                Err(e) => panic!("call {id}: {e:?}"),
+            }
+        }
+    }
+    assert_eq!(answered + failed.len() as u32, tasks * per_task);
+    assert!(!failed.is_empty(), "the crashes and the kill cost some calls");
+
+    // Exactly the failed calls are dead letters, once each, filed under echo, sent by fwd on device 0.
+    let letters = rt.dead_letters().snapshot();
+    let mut lettered: Vec<u32> = letters.iter().filter_map(|l| echo_id(&l.payload)).collect();
+    lettered.sort_unstable();
+    assert_eq!(lettered, failed.iter().copied().collect::<Vec<_>>(), "{letters:#?}");
+    let fwd_address = Origin::Routed { device: 0, slot: fwd.slot() };
+    for l in &letters {
+        assert_eq!((l.origin, l.target.as_deref()), (fwd_address, Some("app/echo")), "{l:?}");
+    }
+    assert!(rt.dead_letters().stats().count(DeadLetterReason::Poison) >= 1, "{}", rt.dead_letters().stats());
+
+    // Every routed message is accounted for by the devices too: read out of device 0, into device 1.
+    let (d0, d1) = (rt.device_at(0).unwrap().stats(), rt.device_at(1).unwrap().stats());
+    assert_eq!(d0.routed_out + d0.unroutable, (tasks * per_task) as u64, "{d0:?}");
+    assert_eq!(d1.routed_in, d0.routed_out);
     rt.shutdown().await;
 }

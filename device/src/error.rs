@@ -99,6 +99,17 @@ pub enum DeviceError {
         /// Why.
         reason: UndeliveredReason,
     },
+    /// A kernel-to-kernel message to an actor on another device (a routed address) could not be delivered; the
+    /// call it answered (`rv_forward`) ends with this error, and the message is reported to the router's hook.
+    #[error("routed message to slot {slot} of device {device} was not delivered: {reason}")]
+    Unroutable {
+        /// The target's device index.
+        device: u32,
+        /// The target's slot.
+        slot: u32,
+        /// Why.
+        reason: crate::UnroutableReason,
+    },
     /// No answer before the deadline.
     #[error("timed out")]
     Timeout,

@@ -15,7 +15,7 @@ use core::mem::{align_of, offset_of, size_of};
 /// Magic number at the start of the grid header ("RGVR").
 pub const RV_MAGIC: u32 = 0x5256_4752;
 /// Version of the shared layout and protocol.
-pub const RV_PROTOCOL_VERSION: u32 = 4;
+pub const RV_PROTOCOL_VERSION: u32 = 5;
 /// Payload bytes in one envelope.
 pub const RV_PAYLOAD_BYTES: u32 = 96;
 /// Init bytes carried by a Create / Restart command.
@@ -28,6 +28,14 @@ pub const RV_NO_INDEX: u32 = 0xFFFF_FFFF;
 pub const RV_HOST_ENDPOINT: u32 = 0xFFFF_FFFF;
 /// Most kernel-to-kernel sends one message may stage.
 pub const RV_MAX_SENDS_PER_MESSAGE: u32 = 4;
+/// Set in a routed kernel-to-kernel address (an actor on a device of the runtime, reached through the host).
+pub const RV_ROUTED_BIT: u32 = 0x8000_0000;
+/// Where a routed address's device index starts.
+pub const RV_ROUTED_DEVICE_SHIFT: u32 = 24;
+/// A routed address's slot bits.
+pub const RV_ROUTED_SLOT_MASK: u32 = 0x00FF_FFFF;
+/// Devices a routed address can name (indices below this).
+pub const RV_MAX_ROUTED_DEVICES: u32 = 127;
 /// Most commands block 0 carries out in one step (its heartbeat moves after each).
 pub const RV_COMMANDS_PER_STEP: u32 = 1024;
 /// The cmd_id bit of a restart block 0 carried out under the host's grant (slot in bits 32-62, the new

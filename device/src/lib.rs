@@ -42,8 +42,9 @@ pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
 pub use device::{
-    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand,
-    SlotActivity, SlotFault, SlotSnapshot, UNRESPONSIVE_AFTER,
+    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, Router,
+    SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, UnroutableReason, DEFAULT_HOLD_LIMIT,
+    UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 
@@ -52,7 +53,7 @@ pub use error::{DeviceCode, DeviceError};
 pub type Fault = SlotFault;
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{
-    archive, check_payload, decode_archived, encode_archived, pod_bytes, Archivable, Endpoint, Envelope, Reply,
-    Unarchivable, PAYLOAD_BYTES,
+    archive, check_payload, decode_archived, encode_archived, pod_bytes, routed_address, Archivable, Endpoint,
+    Envelope, Reply, Unarchivable, PAYLOAD_BYTES,
 };
 pub use sync::Stream;

@@ -20,16 +20,41 @@ pub enum Endpoint {
     Host,
     /// The actor in this slot (a kernel-to-kernel message).
     Slot(u32),
+    /// The actor in `slot` of device `device` of the runtime: the source of a kernel-to-kernel message the
+    /// host routed here (see [`Router`](crate::Router)).
+    Routed {
+        /// The device's index in the runtime.
+        device: u32,
+        /// Its slot there.
+        slot: u32,
+    },
 }
 
 impl Endpoint {
     fn from_raw(raw: u32) -> Self {
         if raw == RV_HOST_ENDPOINT {
             Self::Host
+        } else if raw & RV_ROUTED_BIT != 0 {
+            let (device, slot) = split_routed_address(raw);
+            Self::Routed { device, slot }
         } else {
             Self::Slot(raw)
         }
     }
+}
+
+/// The routed kernel-to-kernel address of the actor in `slot` of device `device` of a runtime, what the device
+/// code's `rv_address(device, slot)` computes: a behaviour's `rv_send` or `rv_forward` to it goes through the
+/// host (the device's [`Router`](crate::Router)), to any device of the runtime. `None` for a device index of
+/// [`RV_MAX_ROUTED_DEVICES`] or more, or a slot of 2^24 or more.
+pub fn routed_address(device: u32, slot: u32) -> Option<u32> {
+    (device < RV_MAX_ROUTED_DEVICES && slot <= RV_ROUTED_SLOT_MASK)
+        .then_some(RV_ROUTED_BIT | (device << RV_ROUTED_DEVICE_SHIFT) | slot)
+}
+
+/// The device index and slot of a routed address (its bit set).
+pub(crate) fn split_routed_address(address: u32) -> (u32, u32) {
+    ((address & !RV_ROUTED_BIT) >> RV_ROUTED_DEVICE_SHIFT, address & RV_ROUTED_SLOT_MASK)
 }
 
 /// An envelope's payload: inline, or the bytes of a large message (read from its bulk area).

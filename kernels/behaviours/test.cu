@@ -9,7 +9,8 @@
  *     1 echo             reply with the payload
  *     2 fail   code:u32  fail with that code (RV_ERR_USER_BASE if 0)
  *     3 stall  ns:u64@8  reply, then make no progress (and no heartbeat) for ns nanoseconds or until killed
- *     4 forward dst:u32  forward payload[8..] to slot dst (kernel-to-kernel); dst answers the host
+ *     4 forward dst:u32  forward payload[8..] to dst (a slot, or a routed address); dst answers the host (a full
+ *                        queue: RV_STALL, the message is offered again; another error: answered with it)
  *     5 clocks           reply { rv_clock_ns: u64, rv_monotonic_ns: u64 }
  *   any other op is answered with an RV_KIND_ERROR.
  */
@@ -58,6 +59,7 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
     if (op == RV_TEST_FORWARD && n >= 8) {
         uint32_t dst = rv_read_u32(p + 4);
         int rc = rv_forward(ctx, dst, p + 8, n - 8u);
+        if (rc == RV_ERR_K2K_FULL) return RV_STALL; /* no room now: offered again later */
         if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
         return RV_OK;
     }

@@ -189,6 +189,7 @@ var<private> c_reply_bulk: u32;
 var<private> c_reply_bulk_end: u32;
 var<private> c_reply_forwarded: u32;
 var<private> c_send_count: u32;
+var<private> c_routed_count: u32; // routed sends staged in the outbox past its tail (published on commit)
 var<private> c_send_cells: array<u32, RV_MAX_SENDS_PER_MESSAGE>;
 var<private> c_send_pos: array<u32, RV_MAX_SENDS_PER_MESSAGE>;
 var<private> c_send_dst: array<u32, RV_MAX_SENDS_PER_MESSAGE>;
@@ -202,6 +203,7 @@ fn rv_ctx_init(slot: u32, init_phase: u32) {
     c_reply_bulk = 0u;
     c_reply_forwarded = 0u;
     c_send_count = 0u;
+    c_routed_count = 0u;
 }
 
 fn rv_max_payload() -> u32 { return max(g_bulk, RV_PAYLOAD_BYTES); }
@@ -326,11 +328,48 @@ fn rv_k2k_ready(cell: u32, khead: u32, any_parity: bool) -> bool {
     return any_parity || (seq >> 31u) != g_parity;
 }
 
+// The routed address of the actor in `slot` of device `device` of the host's runtime (rv_address in the C code).
+fn rv_address(device: u32, slot: u32) -> u32 {
+    if (device >= RV_MAX_ROUTED_DEVICES || slot > RV_ROUTED_SLOT_MASK) { return RV_HOST_ENDPOINT; }
+    return RV_ROUTED_BIT | (device << RV_ROUTED_DEVICE_SHIFT) | slot;
+}
+
+// A send to a routed address: written to this slot's outbox past its tail, published by rv_finish_message; one
+// outbox cell stays free for the message's reply. Inline payloads only (rv_stage_routed in the C code).
+fn rv_stage_routed(dst: u32, src: u32, off: u32, len: u32, flags: u32) -> i32 {
+    if ((dst >> RV_ROUTED_DEVICE_SHIFT) - (RV_ROUTED_BIT >> RV_ROUTED_DEVICE_SHIFT) >= RV_MAX_ROUTED_DEVICES) {
+        return RV_ERR_SLOT_RANGE;
+    }
+    if (len > RV_PAYLOAD_BYTES) { return RV_ERR_PAYLOAD_TOO_LARGE; }
+    if (c_send_count + c_routed_count >= RV_MAX_SENDS_PER_MESSAGE) { return RV_ERR_LIMIT; }
+    if (g_outbox_cap < 2u) { return RV_ERR_LIMIT; }
+    let cb = cb_at(c_slot);
+    let tail = s32(cb + O_control_block_outbox_tail) + c_routed_count;
+    if (tail - s32(cb + O_control_block_outbox_head) + 2u > g_outbox_cap) { return RV_ERR_K2K_FULL; }
+    let e = outbox_cell(c_slot, tail);
+    s32w(e, env_word0(RV_KIND_K2K, flags, len));
+    s32w(e + 4u, c_slot);
+    s32w(e + 8u, dst);
+    s32w(e + 12u, c_generation);
+    s32w(e + 16u, m_env[4]);
+    s32w(e + 20u, m_env[5]);
+    s32w(e + 24u, c_hlc.x);
+    s32w(e + 28u, c_hlc.y);
+    for (var i = U.zero; i < PAYLOAD_WORDS; i = i + 1u) {
+        var w = 0u;
+        if (4u * i < len) { w = src_word_masked(src, off, i, len); }
+        s32w(e + O_envelope_payload + 4u * i, w);
+    }
+    c_routed_count = c_routed_count + 1u;
+    return RV_OK;
+}
+
 fn rv_stage_send(dst: u32, src: u32, off: u32, len: u32, flags: u32) -> i32 {
     if (c_init_phase != 0u) { return RV_ERR_NOT_ALLOWED; }
+    if ((dst & RV_ROUTED_BIT) != 0u) { return rv_stage_routed(dst, src, off, len, flags); }
     if (dst >= g_slots) { return RV_ERR_SLOT_RANGE; }
     if (len > rv_max_payload()) { return RV_ERR_PAYLOAD_TOO_LARGE; }
-    if (c_send_count >= RV_MAX_SENDS_PER_MESSAGE) { return RV_ERR_LIMIT; }
+    if (c_send_count + c_routed_count >= RV_MAX_SENDS_PER_MESSAGE) { return RV_ERR_LIMIT; }
     let target_state = cbf(dst, O_control_block_state);
     if (target_state != RV_STATE_ACTIVE && target_state != RV_STATE_DRAINING) { return RV_ERR_TARGET_GONE; }
     let km = km_at(dst);
@@ -430,19 +469,28 @@ fn rv_finish_message(ok: bool) -> u32 {
         l32w(cell + O_k2k_cell_seq, rv_k2k_seq_now(c_send_pos[i] + 1u));
     }
     let cb = cb_at(c_slot);
-    if (ok) { s32w(cb + O_control_block_k2k_sent, s32(cb + O_control_block_k2k_sent) + c_send_count); }
+    if (ok) {
+        s32w(cb + O_control_block_k2k_sent, s32(cb + O_control_block_k2k_sent) + c_send_count + c_routed_count);
+    }
+    // the routed sends lie in the outbox from its tail on; the reply goes after them
+    let tail = s32(cb + O_control_block_outbox_tail);
+    var publish = tail;
+    if (ok) { publish = tail + c_routed_count; }
     c_send_count = 0u;
+    c_routed_count = 0u;
     c_reply_forwarded = 0u;
     if (c_reply_staged != 0u) {
         if (ok) {
-            let tail = s32(cb + O_control_block_outbox_tail);
-            store_reply_to_s(outbox_cell(c_slot, tail));
+            store_reply_to_s(outbox_cell(c_slot, publish));
             if (c_reply_bulk != 0u) { l32w(ar_at(c_slot) + O_actor_record_outbox_bulk_tail, c_reply_bulk_end); }
-            s32w(cb + O_control_block_outbox_tail, tail + 1u);
-            out = out | RV_STEP_REPLIED;
+            publish = publish + 1u;
         }
         c_reply_staged = 0u;
         c_reply_bulk = 0u;
+    }
+    if (publish != tail) {
+        s32w(cb + O_control_block_outbox_tail, publish);
+        out = out | RV_STEP_REPLIED;
     }
     return out;
 }
@@ -480,8 +528,10 @@ fn rv_outbox_has_room(slot: u32) -> bool {
 // The current message (m_env, from the host) is well formed.
 fn rv_envelope_valid(slot: u32) -> bool {
     let kind = m_kind();
-    if (kind != RV_KIND_USER && kind != RV_KIND_STATE) { return false; }
+    if (kind != RV_KIND_USER && kind != RV_KIND_STATE && kind != RV_KIND_K2K) { return false; }
     if (m_len() > RV_PAYLOAD_BYTES || m_env[2] != slot) { return false; }
+    // a routed kernel-to-kernel message (the host delivers it here): inline only
+    if (kind == RV_KIND_K2K) { return (m_flags() & RV_FLAG_BULK) == 0u; }
     if ((m_flags() & RV_FLAG_BULK) == 0u) { return true; }
     return rv_bulk_at(g_inbox_bulk, slot, m_env[0], m_env[PAYLOAD_WORD], m_env[PAYLOAD_WORD + 1u]) != RV_NO_INDEX;
 }
@@ -686,6 +736,9 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
             s64w(cb + O_control_block_hlc, c_hlc);
             rv_actor_fail(slot, rc, head);
             return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
+        }
+        if (m_kind() == RV_KIND_K2K) {
+            s32w(cb + O_control_block_k2k_received, s32(cb + O_control_block_k2k_received) + 1u);
         }
         head = head + 1u;
         s32w(cb + O_control_block_inbox_head, head);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use ringvisor_device::{DeviceCode, Endpoint, Envelope, UndeliveredReason};
+use ringvisor_device::{DeviceCode, Endpoint, Envelope, UndeliveredReason, UnroutableReason};
 use tokio::sync::mpsc;
 
 use crate::sync::lock;
@@ -85,6 +85,20 @@ impl DeadLetterReason {
     }
 }
 
+impl From<UnroutableReason> for DeadLetterReason {
+    fn from(r: UnroutableReason) -> Self {
+        match r {
+            UnroutableReason::NoRouter
+            | UnroutableReason::NoDevice
+            | UnroutableReason::NoSlot
+            | UnroutableReason::Malformed => Self::UnknownTarget,
+            UnroutableReason::NotRunning => Self::DeadTarget,
+            UnroutableReason::DeviceGone => Self::DeviceLost,
+            UnroutableReason::InboxFull => Self::InboxFull,
+        }
+    }
+}
+
 impl From<UndeliveredReason> for DeadLetterReason {
     fn from(r: UndeliveredReason) -> Self {
         match r {
@@ -103,6 +117,13 @@ pub enum Origin {
     Host,
     /// A GPU actor, by slot (a kernel-to-kernel message).
     Slot(u32),
+    /// A GPU actor on device `device` of the tree (a kernel-to-kernel message the host routed between devices).
+    Routed {
+        /// The sender's device index.
+        device: u32,
+        /// The sender's slot there.
+        slot: u32,
+    },
 }
 
 impl Origin {
@@ -110,6 +131,7 @@ impl Origin {
         match envelope.sender() {
             Endpoint::Host => Self::Host,
             Endpoint::Slot(slot) => Self::Slot(slot),
+            Endpoint::Routed { device, slot } => Self::Routed { device, slot },
         }
     }
 }

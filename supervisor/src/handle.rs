@@ -294,6 +294,16 @@ impl GpuActorRef {
         self.gpu().location()
     }
 
+    /// The child's routed kernel-to-kernel address (the device code's `rv_address(device, slot)`): hand it to
+    /// another GPU actor, on any device of the runtime, and that actor's `rv_send` / `rv_forward` to it reach
+    /// this child through the host. Valid while the child keeps its device and slot (across restarts, unless
+    /// it moves: see [`GpuActorRef::slot`]). `None` for a device index or slot a routed address cannot hold
+    /// (127 devices, 2^24 slots).
+    pub fn address(&self) -> Option<u32> {
+        let (index, _, slot) = self.location();
+        ringvisor_device::routed_address(u32::try_from(index).ok()?, slot)
+    }
+
     /// The child's id.
     pub fn id(&self) -> &str {
         &self.shared.id

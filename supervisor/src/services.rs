@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ringvisor_device::{Device, DeviceHealth};
+use ringvisor_device::{Device, DeviceHealth, Router, Unroutable};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
@@ -27,6 +27,9 @@ struct Inner {
     devices: Vec<DeviceHome>,
     /// The next turn of [`Placement::RoundRobin`].
     next_turn: AtomicUsize,
+    /// Kernel-to-kernel messages between the tree's devices (each attached at its index); what it cannot
+    /// deliver becomes a dead letter.
+    router: Router,
 }
 
 /// One device index of the tree: the device there now, and a signal for those waiting for its replacement.
@@ -79,15 +82,49 @@ impl Services {
 
     fn build(devices: Vec<DeviceHome>, dead_letters: DeadLetters) -> Self {
         let events = TreeEvents::default();
-        Self {
+        let services = Self {
             inner: Arc::new(Inner {
                 registry: Registry::new(),
                 dead_letters,
                 events,
                 devices,
                 next_turn: AtomicUsize::new(0),
+                router: Router::new(),
             }),
+        };
+        let weak = Arc::downgrade(&services.inner);
+        services.inner.router.on_unroutable(move |letter| {
+            if let Some(inner) = weak.upgrade() {
+                (Services { inner }).file_unroutable(letter);
+            }
+        });
+        for index in 0..services.device_count() {
+            if let Some(device) = services.device_at(index) {
+                services.attach_to_router(index, &device);
+            }
         }
+        services
+    }
+
+    /// Makes `device` device `index` of the tree's router (a tree of more devices than a routed address names
+    /// runs, without routed messages to the devices past them).
+    fn attach_to_router(&self, index: usize, device: &Device) {
+        if let Err(e) = self.inner.router.attach(index as u32, device) {
+            tracing::warn!(index, error = %e, "device not reachable by routed kernel-to-kernel messages");
+        }
+    }
+
+    /// A routed kernel-to-kernel message the router could not deliver, as a dead letter addressed to the child
+    /// that holds its target slot (if any).
+    fn file_unroutable(&self, letter: Unroutable) {
+        let target = self.device_slots_at(letter.to_device as usize).and_then(|slots| slots.target_of(letter.to_slot));
+        self.inner.dead_letters.push(
+            letter.reason.into(),
+            Origin::Routed { device: letter.from_device, slot: letter.from_slot },
+            target,
+            Some(letter.to_slot),
+            letter.envelope.payload().to_vec(),
+        );
     }
 
     /// Moves the tree's first device to `device` (see [`Services::replace_device_at`]).
@@ -102,6 +139,7 @@ impl Services {
     pub fn replace_device_at(&self, index: usize, device: Device) -> bool {
         let Some(home) = self.inner.devices.get(index) else { return false };
         let isolated = self.inner.devices.len() > 1;
+        self.attach_to_router(index, &device);
         let slots = DeviceSlots::attach_device(device, self.inner.dead_letters.clone(), index, isolated);
         *write(&home.current) = slots;
         home.replaced.notify_waiters();

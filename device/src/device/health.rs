@@ -147,7 +147,7 @@ impl DeviceInner {
     ) {
         self.grid.request_terminate();
         self.executor.shutdown();
-        self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+        self.poll_once(st);
         self.hand_back_all_queues(kind, reason);
         self.close_waiters(error);
     }

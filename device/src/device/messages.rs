@@ -282,7 +282,14 @@ impl DeviceInner {
     /// Writes one message into `slot`'s inbox at the host's tail, in the `room` taken for it (the caller
     /// publishes the tail): `raw` as is for a payload in its envelope, or `payload` into the bulk bytes reserved
     /// and a reference to them into `raw`.
-    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, room: InboxRoom, payload: &[u8]) {
+    pub(super) fn put_message(
+        &self,
+        host: &mut SlotHost,
+        slot: u32,
+        mut raw: RawEnvelope,
+        room: InboxRoom,
+        payload: &[u8],
+    ) {
         if let InboxRoom::CellAndBulk(r) = room {
             self.grid.write_inbox_bulk(slot, bulk::start(self.grid.config().bulk_bytes, r), payload);
             bulk::set_reference(&mut raw, r);

@@ -27,8 +27,8 @@
 //!
 //! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
 //! calls), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
-//! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back), `poll.rs`
-//! (the poller).
+//! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back), `routing.rs`
+//! (kernel-to-kernel messages between devices), `poll.rs` (the poller).
 
 mod accounting;
 mod commands;
@@ -38,6 +38,7 @@ mod grants;
 mod health;
 mod messages;
 mod poll;
+mod routing;
 mod snapshot;
 mod subscribers;
 
@@ -46,6 +47,7 @@ pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
 pub use faults::{DeviceFault, SlotFault};
 pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
+pub use routing::{Router, Unroutable, UnroutableHook, UnroutableReason, DEFAULT_HOLD_LIMIT};
 pub use snapshot::{DeviceStats, SlotActivity, SlotSnapshot};
 pub use subscribers::EventHook;
 
@@ -102,6 +104,8 @@ pub(crate) struct DeviceInner {
     /// When block 0's heartbeat was last seen moving, nanoseconds after `opened`.
     last_beat_ns: AtomicU64,
     counters: Counters,
+    /// The router this device's routed sends go through, and this device's index there (`routing.rs`).
+    route: std::sync::RwLock<Option<(Arc<routing::RouterInner>, u32)>>,
 }
 
 /// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped or on
@@ -155,6 +159,7 @@ impl Device {
             poll: Mutex::new(PollState {
                 sweep: Vec::new(),
                 outbox_heads: vec![0; config.slots as usize],
+                held: Vec::new(),
                 event_head: 0,
                 heartbeat: 0,
                 next_beat_check: Duration::ZERO,
@@ -167,6 +172,7 @@ impl Device {
             opened: Instant::now(),
             last_beat_ns: AtomicU64::new(0),
             counters: Counters::default(),
+            route: std::sync::RwLock::new(None),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -242,4 +248,7 @@ struct Counters {
     left_in_inbox: AtomicU64,
     in_flight: AtomicU64,
     events: AtomicU64,
+    routed_out: AtomicU64,
+    routed_in: AtomicU64,
+    unroutable: AtomicU64,
 }

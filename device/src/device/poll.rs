@@ -7,9 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use super::routing::{self, RouteStep};
 use super::DeviceInner;
 use crate::bulk;
-use crate::layout::{RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
+use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::sync::{lock, Completion};
 use crate::wait::IdleBackoff;
@@ -18,6 +19,8 @@ use crate::wait::IdleBackoff;
 pub(super) struct PollState {
     pub(super) sweep: Vec<u32>,
     pub(super) outbox_heads: Vec<u32>,
+    /// Slots whose outbox starts with a routed message waiting for room in its target's inbox, and since when.
+    pub(super) held: Vec<(u32, Instant)>,
     pub(super) event_head: u32,
     /// Block 0's heartbeat as last seen.
     pub(super) heartbeat: u64,
@@ -45,7 +48,7 @@ pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
             }
             let mut st = lock(&d.poll);
             let st = &mut *st;
-            let work = d.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+            let work = d.poll_once(st);
             if d.watch_heartbeat(st) {
                 return;
             }
@@ -79,15 +82,17 @@ impl DeviceInner {
     /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
     pub(super) fn poll_assist(&self) {
         if let Ok(mut st) = self.poll.try_lock() {
-            let st = &mut *st;
-            self.poll_once(&mut st.sweep, &mut st.outbox_heads, &mut st.event_head);
+            self.poll_once(&mut st);
         }
     }
 
     /// Reads events and outboxes once. Returns true if it found anything.
-    pub(super) fn poll_once(&self, sweep: &mut Vec<u32>, outbox_heads: &mut [u32], event_head: &mut u32) -> bool {
+    pub(super) fn poll_once(&self, st: &mut PollState) -> bool {
+        let PollState { sweep, outbox_heads, event_head, held, .. } = st;
         let mut work = false;
         sweep.clear();
+        // outboxes whose routed message waits for room in its target's inbox are tried again each time
+        sweep.extend(held.iter().map(|&(slot, _)| slot));
         let tail = self.grid.event_tail();
         while *event_head != tail {
             let raw = self.grid.read_event(*event_head);
@@ -104,12 +109,14 @@ impl DeviceInner {
             sweep.extend(0..self.grid.slot_count());
         }
         for &slot in sweep.iter() {
-            work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize]);
+            work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize], held);
         }
         work
     }
 
-    pub(super) fn drain_outbox(&self, slot: u32, head: &mut u32) -> bool {
+    /// Reads `slot`'s outbox from `head`: replies to their callers, routed messages to their targets (one that
+    /// must wait for room stops the read: later cells wait behind it, and `held` says since when).
+    pub(super) fn drain_outbox(&self, slot: u32, head: &mut u32, held: &mut Vec<(u32, Instant)>) -> bool {
         let tail = self.grid.outbox_tail(slot);
         let available = tail.wrapping_sub(*head);
         if available == 0 {
@@ -120,21 +127,40 @@ impl DeviceInner {
             tracing::error!(slot, head = *head, tail, "impossible outbox tail from the device; ignoring it");
             return false;
         }
+        let start = *head;
         while *head != tail {
-            let env = self.outbox_envelope(slot, *head);
-            *head = head.wrapping_add(1);
-            self.grid.release_outbox(slot, *head);
-            self.route_reply(slot, env);
+            let raw = self.grid.read_outbox(slot, *head);
+            let held_at = held.iter().position(|&(s, _)| s == slot);
+            if routing::is_routed(&raw) {
+                if let RouteStep::Hold = self.route_outbox_message(slot, &raw, held_at.map(|i| held[i].1)) {
+                    if held_at.is_none() {
+                        held.push((slot, Instant::now()));
+                    }
+                    break;
+                }
+                *head = head.wrapping_add(1);
+                self.grid.release_outbox(slot, *head);
+            } else {
+                let env = self.outbox_envelope(slot, raw);
+                *head = head.wrapping_add(1);
+                self.grid.release_outbox(slot, *head);
+                self.route_reply(slot, env);
+            }
+            if let Some(i) = held_at {
+                held.swap_remove(i);
+            }
+        }
+        if *head == start {
+            return false;
         }
         self.executor.wake();
         true
     }
 
-    /// Reads the reply in outbox cell `index` of `slot`, a large one's bytes included (and frees them for the
-    /// device). A reference outside the slot's area is the device's error: the reply becomes an error answer
+    /// The reply `raw` read from `slot`'s outbox, a large one's bytes included (and frees them for the device).
+    /// A reference outside the slot's area is the device's error: the reply becomes an error answer
     /// (`BadEnvelope`), so a caller waiting for it is answered, not left to time out.
-    fn outbox_envelope(&self, slot: u32, index: u32) -> Envelope {
-        let mut raw = self.grid.read_outbox(slot, index);
+    fn outbox_envelope(&self, slot: u32, mut raw: RawEnvelope) -> Envelope {
         let Some(r) = bulk::reference(&raw) else { return Envelope::from_raw(&raw) };
         match bulk::offset(self.grid.config().bulk_bytes, r) {
             Some(offset) => {

@@ -50,7 +50,7 @@ pub struct SlotActivity {
 /// Device-wide counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
-    /// Messages written into inboxes.
+    /// Messages written into inboxes (routed kernel-to-kernel messages included).
     pub messages_sent: u64,
     /// Replies read from outboxes (including error replies).
     pub replies: u64,
@@ -66,6 +66,12 @@ pub struct DeviceStats {
     pub block0_heartbeat: u64,
     /// Commands block 0 processed.
     pub commands_processed: u64,
+    /// Routed kernel-to-kernel messages read from this device's outboxes and delivered to their target's inbox.
+    pub routed_out: u64,
+    /// Routed kernel-to-kernel messages written into this device's inboxes (counted in `messages_sent` too).
+    pub routed_in: u64,
+    /// Routed messages read from this device's outboxes and not delivered (reported to the router's hook).
+    pub unroutable: u64,
 }
 
 impl Device {
@@ -131,6 +137,9 @@ impl Device {
             events: c.events.load(Ordering::Relaxed),
             block0_heartbeat: hb,
             commands_processed: cmds,
+            routed_out: c.routed_out.load(Ordering::Relaxed),
+            routed_in: c.routed_in.load(Ordering::Relaxed),
+            unroutable: c.unroutable.load(Ordering::Relaxed),
         }
     }
 }

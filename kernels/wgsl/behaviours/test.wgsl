@@ -32,6 +32,7 @@ fn rv_behaviour_test() -> i32 {
     if (op == 4u && n >= 8u) {
         let dst = rv_payload_u32(4u);
         let rc = rv_forward_payload(dst, 8u);
+        if (rc == RV_ERR_K2K_FULL) { return RV_STALL; }
         if (rc != RV_OK) { return rv_reply_error(rc, dst); }
         return RV_OK;
     }

@@ -83,6 +83,11 @@ impl DeviceSlots {
         self.bindings.get(slot as usize).map(lock)
     }
 
+    /// The name a slot's dead letters are filed under now, if a child holds it.
+    pub(crate) fn target_of(&self, slot: u32) -> Option<String> {
+        self.binding(slot)?.as_ref().map(|b| b.target.clone())
+    }
+
     /// Files a slot's dead letters under `target` from now on.
     pub(crate) fn claim(&self, slot: u32, target: String) {
         if let Some(mut b) = self.binding(slot) {
