@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ringvisor::cluster::{Node, NodeConfig, RemoteError, Target};
+use ringvisor::device::DeviceError;
 use ringvisor::prelude::*;
 
 /// Waits until `f` holds, up to `within`.
@@ -132,6 +133,16 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     }
     assert_eq!(total(&remote.call(&0i64.to_le_bytes(), T).await.unwrap()), (12, 3));
     remote.send(&1i64.to_le_bytes()).await.unwrap();
+    // Typed messages too (a `#[repr(C)]` request and reply: the counter's { total: i64, count: u64 }), and a
+    // reply of another size is the same codec error as locally.
+    remote.send_typed(&2i64).await.unwrap();
+    let [total_there, count_there]: [i64; 2] = remote.call_typed(&0i64, T).await.unwrap();
+    assert_eq!((total_there, count_there), (15, 6));
+    let local_wrong = local.call_typed::<i64, [u8; 4]>(&0, T).await.unwrap_err();
+    let remote_wrong = remote.call_typed::<i64, [u8; 4]>(&0, T).await.unwrap_err();
+    let SendError::Device(DeviceError::Codec(local_why)) = local_wrong else { panic!("{local_wrong:?}") };
+    assert!(matches!(&remote_wrong, RemoteError::Codec { message, .. } if *message == local_why), "{remote_wrong:?}");
+    assert_eq!(remote_wrong.kind(), "device");
     // ...and the same errors: the device's error reply, and an unknown name.
     let short = remote.call(&[1, 2], T).await.unwrap_err();
     let local_short = local.call(&[1, 2], T).await.unwrap_err();

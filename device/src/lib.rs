@@ -53,7 +53,7 @@ pub use error::{DeviceCode, DeviceError};
 pub type Fault = SlotFault;
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{
-    archive, check_payload, decode_archived, encode_archived, pod_bytes, routed_address, Archivable, Endpoint,
-    Envelope, Reply, Unarchivable, PAYLOAD_BYTES,
+    archive, check_payload, decode_archived, decode_pod, encode_archived, pod_bytes, routed_address, Archivable,
+    Endpoint, Envelope, Reply, Unarchivable, PAYLOAD_BYTES,
 };
 pub use sync::Stream;

@@ -250,16 +250,21 @@ impl Reply {
 
     /// Decodes a plain `#[repr(C)]` reply; the payload length must match `T` exactly.
     pub fn decode<T: bytemuck::Pod>(&self) -> Result<T, DeviceError> {
-        let bytes = self.payload()?;
-        bytemuck::try_pod_read_unaligned(bytes).map_err(|e| {
-            DeviceError::Codec(format!("reply of {} bytes is not a {}: {e}", bytes.len(), std::any::type_name::<T>()))
-        })
+        decode_pod(self.payload()?)
     }
 
     /// The envelope as the device wrote it.
     pub fn envelope(&self) -> &Envelope {
         &self.envelope
     }
+}
+
+/// A reply's bytes as a plain `#[repr(C)]` type: exactly `size_of::<T>()` bytes, or a codec error with the sizes
+/// (what [`Reply::decode`] does with a reply's payload).
+pub fn decode_pod<T: bytemuck::Pod>(bytes: &[u8]) -> Result<T, DeviceError> {
+    bytemuck::try_pod_read_unaligned(bytes).map_err(|e| {
+        DeviceError::Codec(format!("reply of {} bytes is not a {}: {e}", bytes.len(), std::any::type_name::<T>()))
+    })
 }
 
 /// The bytes of a plain `#[repr(C)]` payload (zero-copy).

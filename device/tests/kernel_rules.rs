@@ -62,7 +62,14 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
     for (n, line) in PROTOCOL.lines().enumerate() {
         let line = line.trim();
         if line.contains("rv_copy_bytes(") || line.contains("rv_zero_bytes(") {
-            let allowed = ["e->payload", "e.payload", "init.payload", "rv_zero_bytes(h, sizeof(rv_grid_header))", "&init", "&bogus"];
+            let allowed = [
+                "e->payload",
+                "e.payload",
+                "init.payload",
+                "rv_zero_bytes(h, sizeof(rv_grid_header))",
+                "&init",
+                "&bogus",
+            ];
             assert!(allowed.iter().any(|a| line.contains(a)), "rv_protocol.cu:{}: byte-wise: {line}", n + 1);
         }
     }

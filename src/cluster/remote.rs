@@ -36,6 +36,15 @@ pub enum RemoteError {
         /// Its message, as the remote node wrote it.
         message: String,
     },
+    /// The reply (or a request of `send_archived` / `call_archived`) could not be encoded or decoded here as the
+    /// type asked for: kind `device`, as the same call's codec error locally (`SendError::Device`).
+    #[error("{message} (a reply from node `{node}`)")]
+    Codec {
+        /// The node.
+        node: String,
+        /// The codec's reason (the same text as locally).
+        message: String,
+    },
     /// No answer within the call's timeout (plus a network allowance).
     #[error("node `{node}` did not answer within the timeout")]
     Timeout {
@@ -50,6 +59,7 @@ impl RemoteError {
         match self {
             Self::NodeLost { .. } => "node_lost",
             Self::Timeout { .. } => "timeout",
+            Self::Codec { .. } => "device",
             Self::Refused { kind, .. } => kind,
         }
     }
@@ -99,6 +109,52 @@ impl RemoteGpuRef {
         let request = Request { name: self.name.clone(), timeout: Duration::ZERO, payload: payload.to_vec() }.encode();
         let answer = self.gateway.call(|p| GatewayMsg::Send(request, p), Some(NETWORK_SLACK)).await;
         self.answered(answer, payload).map(drop)
+    }
+
+    /// [`RemoteGpuRef::call`] with `#[repr(C)]` request and reply types, as [`GpuActorRef::call_typed`]: the
+    /// reply must be exactly a `Resp` ([`RemoteError::Codec`] with the sizes otherwise).
+    ///
+    /// [`GpuActorRef::call_typed`]: crate::supervisor::GpuActorRef::call_typed
+    pub async fn call_typed<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+        &self,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RemoteError> {
+        let reply = self.call(bytemuck::bytes_of(request), timeout).await?;
+        ringvisor_device::decode_pod(&reply).map_err(|e| self.codec(e))
+    }
+
+    /// [`RemoteGpuRef::send`] of a `#[repr(C)]` message type.
+    pub async fn send_typed<Req: bytemuck::Pod>(&self, request: &Req) -> Result<(), RemoteError> {
+        self.send(bytemuck::bytes_of(request)).await
+    }
+
+    /// [`RemoteGpuRef::call`] with rkyv types, as [`GpuActorRef::call_archived`]: the reply validated before it
+    /// is decoded.
+    ///
+    /// [`GpuActorRef::call_archived`]: crate::supervisor::GpuActorRef::call_archived
+    pub async fn call_archived<Req, Resp>(&self, request: &Req, timeout: Duration) -> Result<Resp, RemoteError>
+    where
+        Req: ringvisor_device::Archivable,
+        Resp: ringvisor_device::Unarchivable,
+    {
+        let bytes = ringvisor_device::archive(request).map_err(|e| self.codec(e))?;
+        let reply = self.call(&bytes, timeout).await?;
+        ringvisor_device::decode_archived(&reply).map_err(|e| self.codec(e))
+    }
+
+    /// [`RemoteGpuRef::send`] of a host-side type archived with rkyv.
+    pub async fn send_archived<Req: ringvisor_device::Archivable>(&self, request: &Req) -> Result<(), RemoteError> {
+        let bytes = ringvisor_device::archive(request).map_err(|e| self.codec(e))?;
+        self.send(&bytes).await
+    }
+
+    fn codec(&self, e: ringvisor_device::DeviceError) -> RemoteError {
+        let message = match e {
+            ringvisor_device::DeviceError::Codec(m) => m,
+            other => other.to_string(),
+        };
+        RemoteError::Codec { node: self.node.clone(), message }
     }
 
     /// A remote answer as a result; a lost node makes the message a dead letter here.
