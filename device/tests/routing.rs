@@ -146,7 +146,46 @@ fn a_routed_message_waits_for_room_up_to_the_hold_limit() {
     eventually("the delivered ones processed", || b.snapshot(0).unwrap().k2k.1 == 2);
 }
 
+fn every_forwarded_call_to_a_lost_device_ends_once() {
+    // device 1 halts and is declared lost while calls flow through device 0 to it: each call is answered,
+    // or ends once with the reason (handed back from the lost device's inbox, or not deliverable to it)
+    let lossy = DeviceConfig::default().slots(1).lost_after(Some(Duration::from_millis(200)));
+    let (a, b, letters) = pair(1, Router::new(), lossy);
+    a.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    b.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    let n = 40u32;
+    let (mut answered, mut handed_back, mut not_delivered) = (0, 0, 0);
+    for i in 0..n {
+        if i == 10 {
+            b.inject_device(DeviceFault::Halt).unwrap();
+        }
+        match a.call(0, &forward(at(1, 0), &test_msg(1, i, 0)), T) {
+            Ok(r) => {
+                assert_eq!(&r.payload().unwrap()[4..8], &i.to_le_bytes());
+                assert_eq!(answered, i, "only calls before the loss are answered");
+                answered += 1;
+            }
+            Err(DeviceError::Undelivered { reason: UndeliveredReason::DeviceLost, .. }) => handed_back += 1,
+            Err(DeviceError::Unroutable { reason: UnroutableReason::DeviceGone, .. }) => not_delivered += 1,
+            Err(e) => panic!("call {i}: {e:?}"),
+        }
+    }
+    // the calls before the halt (and at most the one sent as it took effect)
+    assert!((10..=11).contains(&answered), "{answered}");
+    assert_eq!(b.health(), DeviceHealth::Lost);
+    assert_eq!(answered + handed_back + not_delivered, n);
+    assert!(not_delivered > 0, "after the loss nothing is delivered");
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.routed_out + sa.unroutable, n as u64, "{sa:?}");
+    assert_eq!(sb.routed_in, sa.routed_out);
+    assert_eq!(letters.lock().unwrap().len(), not_delivered as usize, "each reported once");
+    // the sender's device is untouched
+    assert_eq!(a.snapshot(0).unwrap().state, SlotState::Active);
+    assert_eq!(a.health(), DeviceHealth::Running);
+}
+
 on_every_backend!(
+    every_forwarded_call_to_a_lost_device_ends_once,
     a_forwarded_call_is_answered_by_an_actor_on_another_device,
     one_way_routed_sends_are_delivered_once_each_through_a_small_inbox,
     an_undeliverable_routed_message_is_reported_once_and_fails_the_call_it_answers,
