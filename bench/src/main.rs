@@ -3,12 +3,12 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large] [--only-wgpu] [--only-remote]`
+//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
 //! (beside the CPU backend's); `--only-remote` only the remote round trips over loopback (a second process:
-//! this binary run with `--serve-node PORT`).
+//! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices.
 
 mod backends;
 mod heap;
@@ -32,6 +32,7 @@ fn main() {
     let mut only_large = false;
     let mut only_wgpu = false;
     let mut only_remote = false;
+    let mut only_routed = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -46,6 +47,7 @@ fn main() {
             "--only-large" => only_large = true,
             "--only-wgpu" => only_wgpu = true,
             "--only-remote" => only_remote = true,
+            "--only-routed" => only_routed = true,
             "--serve-node" => {
                 let port =
                     args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
@@ -84,6 +86,10 @@ fn main() {
         println!("{}", markdown(&remote_rows(scale.latency_samples)));
         return;
     }
+    if only_routed {
+        println!("{}", markdown(&routed_rows(scale.latency_samples)));
+        return;
+    }
     if only_large {
         println!("{}", markdown(&large_message_rows(&scale)));
         return;
@@ -116,7 +122,7 @@ fn main() {
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
-         [--only-large] [--only-wgpu] [--only-remote]"
+         [--only-large] [--only-wgpu] [--only-remote] [--only-routed]"
     );
     std::process::exit(2)
 }
@@ -179,6 +185,17 @@ fn registry_rows(samples: usize) -> Vec<Row> {
 }
 
 /// The remote round trip over loopback against ractor_cluster's remote call of a plain actor.
+/// Kernel-to-kernel calls between devices (routed through the host) against the same within one device.
+fn routed_rows(samples: usize) -> Vec<Row> {
+    eprintln!("forwarded calls between devices ...");
+    let (routed, local, direct) = forwarded_round_trip(samples);
+    let target = "<= 3x the forward within one device";
+    vec![
+        Row::new("call forwarded to another device", routed.clone(), local, target, |_, _, r| r <= 3.0),
+        Row::new("call forwarded to another device", routed, direct, "(context: a direct call)", |_, _, _| true),
+    ]
+}
+
 fn remote_rows(samples: usize) -> Vec<Row> {
     eprintln!("remote round trip ...");
     let (ours, theirs) = remote::remote_round_trip(samples / 4);
@@ -261,6 +278,7 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
 
     rows.extend(large_message_rows(&s));
     rows.extend(remote_rows(s.latency_samples));
+    rows.extend(routed_rows(s.latency_samples));
 
     eprintln!("restart latency ...");
     let gpu = restart_latency(true, false, s.restart_samples);

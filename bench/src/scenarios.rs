@@ -462,6 +462,63 @@ pub fn large_round_trip(size: usize, n: usize) -> (Summary, Summary, Summary) {
     )
 }
 
+/// A `test` actor's message forwarding an echo of `id` to `address` (a slot, or a routed address).
+fn forward_echo(address: u32, id: u32) -> Vec<u8> {
+    [4, address, 1, id].iter().flat_map(|w: &u32| w.to_le_bytes()).collect()
+}
+
+/// A call forwarded by a GPU actor to an actor on another device (routed through the host: the sender's
+/// outbox, the router, the target's inbox; the target's reply answers the call), against the same forward to
+/// an actor on the sender's own device (the kernel-to-kernel ring) and a direct call (context), in interleaved
+/// rounds. Two devices on one router: device 0 holds the forwarder (slot 0) and the local target (slot 1),
+/// device 1 the remote target (slot 0).
+pub fn forwarded_round_trip(n: usize) -> (Summary, Summary, Summary) {
+    const ROUNDS: usize = 20;
+    let router = ringvisor::device::Router::new();
+    let a = Device::open(DeviceConfig::default().slots(2)).expect("device 0");
+    let b = Device::open(DeviceConfig::default().slots(1)).expect("device 1");
+    router.attach(0, &a).expect("attach 0");
+    router.attach(1, &b).expect("attach 1");
+    for (device, slot) in [(&a, 0), (&a, 1), (&b, 0)] {
+        device.create(slot, "test", &[]).expect("create").wait_blocking(T).expect("created");
+    }
+    let remote = ringvisor::device::routed_address(1, 0).expect("address");
+    let mut samples: Vec<Vec<f64>> = (0..3).map(|_| Vec::with_capacity(n)).collect();
+    let per_round = (n / ROUNDS).max(1);
+    for round in 0..=ROUNDS {
+        for k in 0..3 {
+            let which = (k + round) % 3;
+            let block: Vec<f64> = (0..per_round as u32)
+                .map(|id| {
+                    let (slot, msg) = match which {
+                        0 => (0, forward_echo(remote, id)),
+                        1 => (0, forward_echo(1, id)),
+                        _ => (1, forward_echo(0, id)[8..].to_vec()),
+                    };
+                    let t0 = Instant::now();
+                    let reply = a.call(slot, &msg, T).expect("call");
+                    let ns = elapsed_ns(t0);
+                    assert_eq!(reply.payload().expect("echo")[4..8], id.to_le_bytes());
+                    ns
+                })
+                .collect();
+            if round > 0 {
+                samples[which].extend(block);
+            }
+        }
+    }
+    assert_eq!(a.stats().unroutable, 0);
+    a.shutdown();
+    b.shutdown();
+    let mut it = samples.into_iter();
+    let mut next = |name: &str| Summary::of(name, it.next().expect("three"), Unit::Nanos);
+    (
+        next("ringvisor: call forwarded to another device"),
+        next("ringvisor: call forwarded within one device"),
+        next("ringvisor Device::call, direct"),
+    )
+}
+
 /// One producer sending `size`-byte messages one way to `echo` GPU actors (no reply: the host copies each into
 /// its slot's inbox bulk area, the actor takes it), against a crossbeam bounded channel of `size`-byte arrays
 /// from one thread to another. Messages per second.
