@@ -6,7 +6,8 @@
 //! persistent kernel compiled by NVRTC).
 //!
 //! This crate knows nothing about supervision policy. It offers: create / kill / restart / drain / resume a
-//! slot, send messages, receive replies and events, read a slot's control block, inject faults.
+//! slot, send messages, receive replies and events, read a slot's control block, inject faults, and route
+//! kernel-to-kernel messages between the devices of a process ([`Router`]).
 //! `ringvisor-supervisor` decides when to call them.
 //!
 //! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
