@@ -12,7 +12,7 @@
 //! it is unroutable ([`UnroutableReason::InboxFull`]). A forwarded call (`rv_forward` of a host call) takes its
 //! waiting caller along: the target's reply answers it.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -218,12 +218,11 @@ impl DeviceInner {
         if let Some(w) = &forwarded {
             lock(&target.calls).insert(delivered.correlation, w.clone());
         }
-        match target.deliver_routed(to_slot, delivered) {
+        match target.deliver_routed(to_slot, delivered, &self.counters.routed_out) {
             Ok(()) => {
                 if forwarded.is_some() {
                     lock(&self.calls).remove(&raw.correlation);
                 }
-                self.counters.routed_out.fetch_add(1, Ordering::Relaxed);
                 RouteStep::Done
             }
             Err(e) => {
@@ -257,24 +256,26 @@ impl DeviceInner {
         raw: &RawEnvelope,
         reason: UnroutableReason,
     ) {
+        // counted and reported before the caller of a forwarded call hears of it (as a hand-back is)
         self.counters.unroutable.fetch_add(1, Ordering::Relaxed);
         let (to_device, to_slot) = split_routed_address(raw.destination);
-        if raw.flags & RV_FLAG_NO_REPLY as u8 == 0 {
-            if let Some(w) = lock(&self.calls).remove(&raw.correlation) {
-                w.complete(Err(DeviceError::Unroutable { device: to_device, slot: to_slot, reason }));
-            }
-        }
         let letter =
             Unroutable { from_device, from_slot: slot, to_device, to_slot, envelope: Envelope::from_raw(raw), reason };
         match router.and_then(RouterInner::hook) {
             Some(hook) => hook(letter),
             None => tracing::warn!(slot, to_device, to_slot, reason = reason.label(), "routed message not delivered"),
         }
+        if raw.flags & RV_FLAG_NO_REPLY as u8 == 0 {
+            if let Some(w) = lock(&self.calls).remove(&raw.correlation) {
+                w.complete(Err(DeviceError::Unroutable { device: to_device, slot: to_slot, reason }));
+            }
+        }
     }
 
     /// Writes a routed message into `slot`'s inbox now, or fails without writing (no waiting: the caller is a
-    /// poller, which holds the message in its outbox while the inbox is full).
-    fn deliver_routed(&self, slot: u32, raw: RawEnvelope) -> Result<(), DeviceError> {
+    /// poller, which holds the message in its outbox while the inbox is full). Counted here as received and in
+    /// `sent` (the sender's `routed_out`) before the receiver can see it.
+    fn deliver_routed(&self, slot: u32, raw: RawEnvelope, sent: &AtomicU64) -> Result<(), DeviceError> {
         self.check_open()?;
         let mut host = lock(&self.slots[slot as usize]);
         if !host.accepting {
@@ -284,10 +285,11 @@ impl DeviceInner {
             return Err(DeviceError::InboxFull { slot });
         };
         self.put_message(&mut host, slot, raw, room, &[]);
-        self.grid.publish_inbox_tail(slot, host.tail);
         host.sent += 1;
-        drop(host);
         self.counters.routed_in.fetch_add(1, Ordering::Relaxed);
+        sent.fetch_add(1, Ordering::Relaxed);
+        self.grid.publish_inbox_tail(slot, host.tail);
+        drop(host);
         self.executor.notify(slot);
         Ok(())
     }
