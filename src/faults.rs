@@ -22,7 +22,7 @@ use ringvisor_supervisor::{ChildRef, ChildStatus, EventFault, ExitReason, Regist
 
 /// A fault aimed at supervised children by registry name or pattern, through
 /// [`Runtime::faults`](crate::Runtime::faults). (To aim one at a slot number through the device API, use
-/// [`SlotFault`](crate::device::SlotFault).)
+/// [`SlotFault`].)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InjectedFault {
     /// Device: the actor fails on the next message it processes (that message becomes a poison letter).
