@@ -256,20 +256,10 @@ impl Device {
         let mut raw = env.to_raw();
         let mut retry = Retry::new(Duration::from_micros(20));
         loop {
-            let mut host = lock(&inner.slots[slot as usize]);
-            if !host.accepting {
-                return Err(inner.refusal(&host, slot));
-            }
-            if let Some(room) = take_inbox_room(&inner.grid, &mut host, slot, env.payload().len()) {
-                raw.hlc = host_hlc();
-                inner.put_message(&mut host, slot, raw, room, env.payload());
-                inner.grid.publish_inbox_tail(slot, host.tail);
-                host.sent += 1;
-                drop(host);
-                inner.executor.notify(slot);
+            raw.hlc = host_hlc();
+            if inner.try_write(slot, raw, env.payload(), || {})? {
                 return Ok(());
             }
-            drop(host);
             inner.executor.wake();
             if !deadline.is_some_and(|d| retry.again(d)) {
                 return Err(DeviceError::InboxFull { slot });
@@ -279,17 +269,35 @@ impl Device {
 }
 
 impl DeviceInner {
+    /// Writes `raw` into `slot`'s inbox now if the slot takes messages and has room (`payload` is the message's
+    /// payload: a large one's bytes go to the bulk area, an inline one is in `raw` already): `Ok(true)` once it
+    /// is written and published, `Ok(false)` when there is no room, the slot's refusal otherwise. `count` runs
+    /// before the tail is published, so whoever sees the message sees it counted.
+    pub(super) fn try_write(
+        &self,
+        slot: u32,
+        raw: RawEnvelope,
+        payload: &[u8],
+        count: impl FnOnce(),
+    ) -> Result<bool, DeviceError> {
+        let mut host = lock(&self.slots[slot as usize]);
+        if !host.accepting {
+            return Err(self.refusal(&host, slot));
+        }
+        let Some(room) = take_inbox_room(&self.grid, &mut host, slot, payload.len()) else { return Ok(false) };
+        self.put_message(&mut host, slot, raw, room, payload);
+        host.sent += 1;
+        count();
+        self.grid.publish_inbox_tail(slot, host.tail);
+        drop(host);
+        self.executor.notify(slot);
+        Ok(true)
+    }
+
     /// Writes one message into `slot`'s inbox at the host's tail, in the `room` taken for it (the caller
     /// publishes the tail): `raw` as is for a payload in its envelope, or `payload` into the bulk bytes reserved
     /// and a reference to them into `raw`.
-    pub(super) fn put_message(
-        &self,
-        host: &mut SlotHost,
-        slot: u32,
-        mut raw: RawEnvelope,
-        room: InboxRoom,
-        payload: &[u8],
-    ) {
+    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, room: InboxRoom, payload: &[u8]) {
         if let InboxRoom::CellAndBulk(r) = room {
             self.grid.write_inbox_bulk(slot, bulk::start(self.grid.config().bulk_bytes, r), payload);
             bulk::set_reference(&mut raw, r);

@@ -128,27 +128,25 @@ impl DeviceInner {
             return false;
         }
         let start = *head;
+        // only the first cell can be one held before
+        let mut held_since = held.iter().position(|&(s, _)| s == slot).map(|i| held.swap_remove(i).1);
         while *head != tail {
             let raw = self.grid.read_outbox(slot, *head);
-            let held_at = held.iter().position(|&(s, _)| s == slot);
-            if routing::is_routed(&raw) {
-                if let RouteStep::Hold = self.route_outbox_message(slot, &raw, held_at.map(|i| held[i].1)) {
-                    if held_at.is_none() {
-                        held.push((slot, Instant::now()));
-                    }
+            let reply = if routing::is_routed(&raw) {
+                if let RouteStep::Hold = self.route_outbox_message(slot, &raw, held_since) {
+                    held.push((slot, held_since.unwrap_or_else(Instant::now)));
                     break;
                 }
-                *head = head.wrapping_add(1);
-                self.grid.release_outbox(slot, *head);
+                None
             } else {
-                let env = self.outbox_envelope(slot, raw);
-                *head = head.wrapping_add(1);
-                self.grid.release_outbox(slot, *head);
+                Some(self.outbox_envelope(slot, raw))
+            };
+            *head = head.wrapping_add(1);
+            self.grid.release_outbox(slot, *head);
+            if let Some(env) = reply {
                 self.route_reply(slot, env);
             }
-            if let Some(i) = held_at {
-                held.swap_remove(i);
-            }
+            held_since = None;
         }
         if *head == start {
             return false;

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::accounting::take_inbox_room;
 use super::{Device, DeviceInner};
 use crate::error::DeviceError;
 use crate::layout::{
@@ -277,20 +276,15 @@ impl DeviceInner {
     /// `sent` (the sender's `routed_out`) before the receiver can see it.
     fn deliver_routed(&self, slot: u32, raw: RawEnvelope, sent: &AtomicU64) -> Result<(), DeviceError> {
         self.check_open()?;
-        let mut host = lock(&self.slots[slot as usize]);
-        if !host.accepting {
-            return Err(self.refusal(&host, slot));
-        }
-        let Some(room) = take_inbox_room(&self.grid, &mut host, slot, raw.payload_len as usize) else {
-            return Err(DeviceError::InboxFull { slot });
+        // inline (checked by the caller): the payload travels in `raw`
+        let payload = raw.payload;
+        let count = || {
+            self.counters.routed_in.fetch_add(1, Ordering::Relaxed);
+            sent.fetch_add(1, Ordering::Relaxed);
         };
-        self.put_message(&mut host, slot, raw, room, &[]);
-        host.sent += 1;
-        self.counters.routed_in.fetch_add(1, Ordering::Relaxed);
-        sent.fetch_add(1, Ordering::Relaxed);
-        self.grid.publish_inbox_tail(slot, host.tail);
-        drop(host);
-        self.executor.notify(slot);
+        if !self.try_write(slot, raw, &payload[..raw.payload_len as usize], count)? {
+            return Err(DeviceError::InboxFull { slot });
+        }
         Ok(())
     }
 }
