@@ -126,17 +126,22 @@ fn two_device_tree() -> SupervisorSpec {
         .child(counter("d", GpuChild::new("counter").device(1)))
 }
 
+/// The four children of [`two_device_tree`], each seen answering (a fresh counter, given 5, says 5).
+async fn answering_children(rt: &Runtime) -> [GpuActorRef; 4] {
+    let children = ["a", "b", "c", "d"].map(|name| rt.gpu(&format!("app/{name}")).unwrap());
+    for actor in &children {
+        assert_eq!(total(actor, 5).await.unwrap(), 5);
+    }
+    children
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_device_fails_only_its_children_which_restart_on_its_replacement_or_fail_over() {
     let lossy = config().lost_after(Some(Duration::from_millis(300)));
     let rt = Runtime::builder().devices([lossy.clone(), lossy]).start(two_device_tree()).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let (old0, dev1) = (rt.device_at(0).unwrap(), rt.device_at(1).unwrap());
-    let gpu = |name: &str| rt.gpu(&format!("app/{name}")).unwrap();
-    let (a, b, c, d) = (gpu("a"), gpu("b"), gpu("c"), gpu("d"));
-    for actor in [&a, &b, &c, &d] {
-        assert_eq!(total(actor, 5).await.unwrap(), 5);
-    }
+    let [a, b, c, d] = answering_children(&rt).await;
     let before = [c.slot(), d.slot()].map(|s| dev1.host_view(s).unwrap());
 
     // Device 0 halts: what is sent to its actors now is held, then handed back when it is declared lost.
@@ -197,11 +202,7 @@ async fn too_many_quarantined_slots_on_one_of_several_devices_replace_that_devic
     let rt = Runtime::builder().devices([config(), config()]).quarantine_limit(1).start(two_device_tree()).await;
     let rt = rt.unwrap();
     let (dev0, old1) = (rt.device_at(0).unwrap(), rt.device_at(1).unwrap());
-    let gpu = |name: &str| rt.gpu(&format!("app/{name}")).unwrap();
-    let (a, b, c, d) = (gpu("a"), gpu("b"), gpu("c"), gpu("d"));
-    for actor in [&a, &b, &c, &d] {
-        assert_eq!(total(actor, 5).await.unwrap(), 5);
-    }
+    let [a, b, c, d] = answering_children(&rt).await;
     let before = [a.slot(), b.slot()].map(|s| dev0.host_view(s).unwrap());
 
     // c and d wedge: each is quarantined and moves to another slot of device 1; two quarantined slots are

@@ -36,8 +36,8 @@ pub struct DeviceConfig {
     pub backend: Backend,
     /// How long a command waits for room in the command ring.
     pub command_timeout: Duration,
-    /// Block 0's heartbeat stale this long = the device is lost (see [`Device::health`](crate::Device::health)); `None`: never
-    /// declared lost.
+    /// Block 0's heartbeat stale this long = the device is lost (see
+    /// [`Device::health`](crate::Device::health)); `None`: never declared lost.
     pub lost_after: Option<Duration>,
     /// The latency mode: the host threads that wait on the device (the CPU backend's workers, the poller)
     /// never sleep when idle; they spin, then yield. Work that arrives costs no wake-up of a sleeping thread

@@ -31,9 +31,10 @@ pub(super) const HEARTBEAT_CHECK_EVERY: Duration = Duration::from_millis(5);
 
 impl Device {
     /// Whether the device answers: block 0's heartbeat, as the poller last saw it. A heartbeat stale past
-    /// [`DeviceConfig::lost_after`](crate::DeviceConfig#structfield.lost_after) makes the poller declare the device lost: what it had not processed is
-    /// handed back (a [`EventKind::DeviceLost`] event per slot, reason [`UndeliveredReason::DeviceLost`]),
-    /// waiting calls and commands fail with [`DeviceError::DeviceLost`], and so does every later operation.
+    /// [`DeviceConfig::lost_after`](crate::DeviceConfig#structfield.lost_after) makes the poller declare the
+    /// device lost: what it had not processed is handed back (a [`EventKind::DeviceLost`] event per slot,
+    /// reason [`UndeliveredReason::DeviceLost`]), waiting calls and commands fail with
+    /// [`DeviceError::DeviceLost`], and so does every later operation.
     /// A lost device is not reopened in place: open a new one (the runtime does, see `ringvisor::Runtime`).
     pub fn health(&self) -> DeviceHealth {
         self.inner.health()
