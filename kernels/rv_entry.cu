@@ -15,12 +15,16 @@ RV_STEP_API void rv_init_thread(const rv_grid_view *v, uint32_t global_thread, u
 }
 
 /* The persistent kernel, for one block (its first thread). max_iterations == 0: runs until the host sets
- * terminate (persistent mode); > 0: returns after that many iterations (event-driven mode, the host relaunches).
- * Idle, the block backs off up to max_backoff_ns between sweeps. Every block counts itself in the local
+ * terminate or pause (persistent mode); > 0: returns after that many iterations (event-driven mode, the host
+ * relaunches). Idle, block 0 backs off up to block0_backoff_ns between steps, an actor block up to
+ * actor_backoff_ns between sweeps (on a GPU every idle sweep reads mapped memory across PCIe: the host sizes
+ * the actor blocks' pause with the grid, so that a large fleet of idle actors does not saturate the bus that
+ * block 0's own accesses take). Every block counts itself in the local
  * header once per launch; block 0 publishes the count (the host's started-blocks handshake). An actor block
  * whose sweep published replies rings its doorbell (the host polls doorbells, not every slot). */
 RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t slots_per_block, uint32_t budget,
-                              uint64_t max_iterations, uint32_t max_backoff_ns) {
+                              uint64_t max_iterations, uint32_t block0_backoff_ns, uint32_t actor_backoff_ns) {
+    uint32_t max_backoff_ns = block == 0 ? block0_backoff_ns : actor_backoff_ns;
     rv_fetch_add_u32(&v->local_header->blocks_started, 1);
     uint32_t first = 0, last = 0;
     if (block > 0) {
@@ -56,6 +60,20 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
             backoff_ns = backoff_ns == 0 ? 32 : (backoff_ns < max_backoff_ns ? backoff_ns * 2 : max_backoff_ns);
             rv_pause(backoff_ns);
         }
+    }
+}
+/* The floor probe (`cuda::floor`): one thread answers each sequence number the host stores into req[0] by storing
+ * it into resp[0], both in mapped memory, with the protocol's own system-scope loads and stores: the least a
+ * round trip between the host and a persistent kernel can cost on this machine. n answers, or until the host
+ * stores RV_FLOOR_STOP. */
+#define RV_FLOOR_STOP 0xFFFFFFFFu
+RV_STEP_API void rv_floor_thread(const uint32_t *req, uint32_t *resp, uint32_t n) {
+    for (uint32_t i = 1; i <= n; ++i) {
+        uint32_t seen;
+        while ((seen = rv_load_acquire_u32(req)) != i && seen != RV_FLOOR_STOP) {
+        }
+        if (seen == RV_FLOOR_STOP) return;
+        rv_store_release_u32(resp, i);
     }
 }
 #endif /* RV_ENTRY_CU */

@@ -273,7 +273,7 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint64_t off_k2k_bulk;    /* local: actor -> actor, bulk_bytes per slot */
 
     /* line 3: host runtime flags. */
-    uint32_t terminate;
+    uint32_t terminate;     /* nonzero: every block leaves its loop (1: for good; 2: paused, relaunched later) */
     uint32_t device_faults; /* RV_DEVICE_* bits */
     uint8_t host_reserved[56];
 
@@ -302,7 +302,10 @@ typedef struct RV_ALIGN(64) rv_grid_header {
 /* The first 64 bytes of the local region: counters the blocks update with device-scope atomics. */
 typedef struct RV_ALIGN(64) rv_local_header {
     uint32_t blocks_started; /* each block adds 1 when it enters the persistent kernel; block 0 publishes it */
-    uint8_t reserved[60];
+    uint32_t pad0;
+    uint64_t supervisor_beats; /* block 0's heartbeat count (the shared header's supervisor_heartbeat is its copy:
+                                * block 0 never reads mapped memory to count) */
+    uint8_t reserved[48];
 } rv_local_header;
 
 /* Block 0's private view of a slot. */

@@ -1199,12 +1199,21 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
 /* Most events one rv_sv_attend call can publish. */
 #define RV_EVENTS_PER_ATTEND 3u
 
+/* Block 0's heartbeat: counted in the local region, its copy stored into the shared header (a store, never a
+ * read of mapped memory). It moves with every step, every slot attended and every command carried out, so a
+ * block 0 busy with a burst (each record crosses PCIe on a GPU) is never taken for a dead one. */
+RV_FN void rv_sv_beat(const rv_grid_view *g) {
+    uint64_t beats = g->local_header->supervisor_beats + 1;
+    g->local_header->supervisor_beats = beats;
+    rv_store_relaxed_u64(&g->header->supervisor_heartbeat, beats);
+}
+
 RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
     rv_grid_header *h = g->header;
     uint32_t out = 0;
     /* An injected device stall or halt: block 0 does nothing, and its heartbeat stops. */
     if (rv_load_acquire_u32(&h->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
-    rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
+    rv_sv_beat(g);
 
     /* 1. Slots that raised attention: the words the summary marks (a summary bit is cleared before its word is
      * taken, see rv_raise_attention). */
@@ -1228,6 +1237,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
                 bits &= bits - 1;
                 rv_sv_attend(g, w * 32 + b);
                 rv_touch_slot(g, w * 32 + b);
+                rv_sv_beat(g);
                 out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
         }
@@ -1257,7 +1267,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
         if (cmd.slot < g->slot_count) rv_touch_slot(g, cmd.slot);
         rv_store_release_u32(&h->command_head, head + 1);
         rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);
-        rv_store_relaxed_u64(&h->supervisor_heartbeat, h->supervisor_heartbeat + 1);
+        rv_sv_beat(g);
         out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
     }
     return out;

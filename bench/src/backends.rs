@@ -23,10 +23,13 @@ fn open_with(backend: &Backend, slots: u32) -> Device {
     Device::open(config.backend(backend.clone())).expect("device opens")
 }
 
-fn name(backend: &Backend) -> &'static str {
-    match backend {
-        Backend::Wgpu(_) => "wgpu (lavapipe)",
-        _ => "cpu backend",
+/// The row label of a device: `cpu backend`, or `wgpu on ADAPTER` (the adapter the device opened: lavapipe's
+/// `llvmpipe`, a GPU's name).
+fn name(d: &Device) -> String {
+    let described = d.describe();
+    match described.strip_prefix("wgpu on ") {
+        Some(rest) => format!("wgpu on {}", rest.split(" (").next().unwrap_or(rest)),
+        None => "cpu backend".into(),
     }
 }
 
@@ -49,8 +52,9 @@ fn round_trip(backend: &Backend, n: usize, slots: u32, active: u32) -> Summary {
             t0.elapsed().as_nanos() as f64
         })
         .collect();
+    let label = format!("{} round trip, {active} of {slots} slots running", name(&d));
     d.shutdown();
-    Summary::of(&format!("{} round trip, {active} of {slots} slots running", name(backend)), samples, Unit::Nanos)
+    Summary::of(&label, samples, Unit::Nanos)
 }
 
 /// Messages per second through `send_batch` of 256 counter messages into 16 actors, `runs` runs of `messages`.
@@ -81,8 +85,9 @@ fn batched(backend: &Backend, messages: u64, runs: usize) -> Summary {
         }
         samples.push(messages as f64 / t0.elapsed().as_secs_f64());
     }
+    let label = format!("{} send_batch(256)", name(&d));
     d.shutdown();
-    Summary::of(&format!("{} send_batch(256)", name(backend)), samples, Unit::PerSecond)
+    Summary::of(&label, samples, Unit::PerSecond)
 }
 
 /// Median of `n` restarts (kill, new generation, init) of a running actor, each waited for.
@@ -96,8 +101,9 @@ fn restart(backend: &Backend, n: usize) -> Summary {
             t0.elapsed().as_nanos() as f64
         })
         .collect();
+    let label = format!("{} restart", name(&d));
     d.shutdown();
-    Summary::of(&format!("{} restart", name(backend)), samples, Unit::Nanos)
+    Summary::of(&label, samples, Unit::Nanos)
 }
 
 /// The wgpu rows, each against the CPU backend in the same run; none when wgpu finds no adapter.

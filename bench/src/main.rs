@@ -3,15 +3,18 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed]`
+//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
 //! (beside the CPU backend's); `--only-remote` only the remote round trips over loopback (a second process:
-//! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices.
+//! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices;
+//! `--only-liveness` block 0 under a burst of creates on the backend `RINGVISOR_BACKEND` names (see
+//! `liveness.rs`).
 
 mod backends;
 mod heap;
+mod liveness;
 mod remote;
 mod scenarios;
 mod stats;
@@ -33,6 +36,7 @@ fn main() {
     let mut only_wgpu = false;
     let mut only_remote = false;
     let mut only_routed = false;
+    let mut only_liveness = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -48,6 +52,7 @@ fn main() {
             "--only-wgpu" => only_wgpu = true,
             "--only-remote" => only_remote = true,
             "--only-routed" => only_routed = true,
+            "--only-liveness" => only_liveness = true,
             "--serve-node" => {
                 let port =
                     args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
@@ -78,6 +83,12 @@ fn main() {
             tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
+    if only_liveness {
+        for line in liveness::liveness_lines(2_048, 2_000) {
+            println!("{line}");
+        }
+        return;
+    }
     if only_wgpu {
         println!("{}", markdown(&backends::wgpu_rows(scale.latency_samples, scale.throughput_messages, 3)));
         return;

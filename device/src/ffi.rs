@@ -57,8 +57,10 @@ extern "C" {
         budget: u32,
         max_iterations: u64,
         clock_skew_ns: i64,
+        sys_latency_ns: u32,
     );
     pub fn rv_emu_clock(out: *mut u64, clock_skew_ns: i64);
+    pub fn rv_emu_floor(req: *mut u32, resp: *mut u32, n: u32, sys_latency_ns: u32);
     pub fn rv_emu_completed(word: *mut u32);
     pub fn rv_emu_observed(word: *const u32);
     pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, reset: i32);

@@ -292,7 +292,9 @@ pub struct RawGridHeader {
 #[derive(Clone, Copy, Debug)]
 pub struct RawLocalHeader {
     pub blocks_started: u32,
-    pub reserved: [u8; 60],
+    pub pad0: u32,
+    pub supervisor_beats: u64,
+    pub reserved: [u8; 48],
 }
 
 /// `rv_actor_record`: the actor's own record of a slot (local region).

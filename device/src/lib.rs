@@ -33,9 +33,14 @@ mod sync;
 mod wait;
 
 pub use backend::cpu::CpuConfig;
-pub use backend::cuda::emulated::{EmulatedDriver, EmulatedGpu, EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT};
+pub use backend::cuda::emulated::{
+    EmulatedDriver, EmulatedGpu, DEFAULT_MAPPED_LATENCY as EMULATED_MAPPED_LATENCY,
+    EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT,
+};
 pub use backend::cuda::{
-    driver_available as cuda_driver_available, nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
+    auto_idle_backoff as cuda_auto_idle_backoff, driver_available as cuda_driver_available,
+    floor::{measure as cuda_floor, FloorReport as CudaFloorReport},
+    nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{adapters as wgpu_adapters, check as wgsl_check, shader_f64 as wgpu_shader_f64, WgpuConfig};

@@ -162,7 +162,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             pad7,
         ]
     );
-    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, reserved]);
+    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, supervisor_beats, reserved]);
     fields!(
         m,
         "rv_sv_record",

@@ -5,8 +5,8 @@
  */
 #include "../rv_entry.cu"
 
-/* Longest idle pause of a block between sweeps. */
-#define RV_CUDA_MAX_BACKOFF_NS 8192u
+/* Longest idle pause of block 0 between steps (an actor block's is the kernel's argument). */
+#define RV_CUDA_BLOCK0_MAX_BACKOFF_NS 8192u
 
 extern "C" __global__ void rv_init_kernel(void *shared, void *local) {
     rv_grid_view v;
@@ -16,11 +16,12 @@ extern "C" __global__ void rv_init_kernel(void *shared, void *local) {
 
 /* One thread per block runs the protocol (see rv_block_run). */
 extern "C" __global__ void rv_persistent_kernel(void *shared, void *local, uint32_t slots_per_block, uint32_t budget,
-                                                unsigned long long max_iterations) {
+                                                unsigned long long max_iterations, uint32_t actor_backoff_ns) {
     if (threadIdx.x != 0) return;
     rv_grid_view v;
     if (rv_grid_view_init(&v, shared, local, 0) != RV_OK) return;
-    rv_block_run(&v, blockIdx.x, slots_per_block, budget, max_iterations, RV_CUDA_MAX_BACKOFF_NS);
+    rv_block_run(&v, blockIdx.x, slots_per_block, budget, max_iterations, RV_CUDA_BLOCK0_MAX_BACKOFF_NS,
+                 actor_backoff_ns);
 }
 
 /* The device's raw clock, stored once into mapped memory: the host brackets this launch with its own clock to
@@ -28,3 +29,9 @@ extern "C" __global__ void rv_persistent_kernel(void *shared, void *local, uint3
 extern "C" __global__ void rv_clock_kernel(unsigned long long *out) {
     if (blockIdx.x == 0 && threadIdx.x == 0) rv_store_release_u64((uint64_t *)out, rv_now_ns());
 }
+
+/* The floor probe's answering thread (rv_floor_thread), and an empty kernel (the cost of a launch + sync). */
+extern "C" __global__ void rv_floor_kernel(uint32_t *req, uint32_t *resp, uint32_t n) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) rv_floor_thread(req, resp, n);
+}
+extern "C" __global__ void rv_empty_kernel(void) {}

@@ -1146,6 +1146,7 @@ fn rv_supervisor_step() -> u32 {
                 bits = bits & (bits - 1u);
                 rv_sv_attend(w * 32u + b);
                 rv_touch_slot(w * 32u + b);
+                s64w(O_grid_header_supervisor_heartbeat, u64_inc(s64(O_grid_header_supervisor_heartbeat)));
                 out = out | RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
         }

@@ -126,6 +126,11 @@ pub(crate) trait Executor: Send + Sync {
     fn shutdown(&self);
     /// A short description for logs and benchmarks.
     fn describe(&self) -> String;
+    /// True while the executor is paused on purpose (the CUDA backend pauses its kernel while another device of
+    /// the GPU loads its module): block 0's heartbeat stands still without the device being lost.
+    fn paused(&self) -> bool {
+        false
+    }
     /// Why the executor stopped executing on its own (a kernel fault, with the driver's error); `None` while
     /// it runs or after an ordinary shutdown.
     fn failure(&self) -> Option<String> {

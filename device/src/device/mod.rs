@@ -162,7 +162,7 @@ impl Device {
                 outbox_heads: vec![0; config.slots as usize],
                 held: Vec::new(),
                 event_head: 0,
-                heartbeat: 0,
+                progress: (0, 0, 0),
                 next_beat_check: Duration::ZERO,
             }),
             closed: AtomicBool::new(false),

@@ -22,8 +22,9 @@ pub(super) struct PollState {
     /// Slots whose outbox starts with a routed message waiting for room in its target's inbox, and since when.
     pub(super) held: Vec<(u32, Instant)>,
     pub(super) event_head: u32,
-    /// Block 0's heartbeat as last seen.
-    pub(super) heartbeat: u64,
+    /// Block 0's heartbeat, commands processed and events published, as last seen (any of them moving is a
+    /// sign of life).
+    pub(super) progress: (u64, u64, u64),
     /// When to look at block 0's heartbeat next (time since the device opened).
     pub(super) next_beat_check: Duration,
 }

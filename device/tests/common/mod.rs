@@ -81,8 +81,10 @@ thread_local! {
     static EMULATED: RefCell<Vec<EmulatedDriver>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The backend of the running test (set by `on_every_backend!`; the environment's default otherwise). Each call
-/// on the emulated backend makes a new emulated GPU, checked when the test ends.
+/// The backend of the running test (set by `on_every_backend!`; the environment's default otherwise). On the
+/// emulated backend every device of a test opens on one emulated GPU, as on a machine with one GPU (a second
+/// device's module load, allocations and frees then meet the first device's running kernel, as on the real
+/// driver), checked when the test ends.
 pub fn backend() -> Backend {
     match CURRENT.with(|c| *c.borrow()) {
         None => Backend::default(),
@@ -90,8 +92,13 @@ pub fn backend() -> Backend {
         Some(Which::Gpu) => gpu_backend().expect("checked by run_on"),
         Some(Which::Wgpu) => wgpu_backend(),
         Some(Which::CudaEmulated) => {
-            let driver = EmulatedDriver::new(EmulatedGpu::default());
-            EMULATED.with(|e| e.borrow_mut().push(driver.clone()));
+            let driver = EMULATED.with(|e| {
+                let mut drivers = e.borrow_mut();
+                if drivers.is_empty() {
+                    drivers.push(EmulatedDriver::new(EmulatedGpu::default()));
+                }
+                drivers[0].clone()
+            });
             Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(driver), ..CudaConfig::default() })
         }
     }

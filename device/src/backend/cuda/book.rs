@@ -3,11 +3,13 @@
 //!
 //! Why: every device of a process shares the GPU's primary context. `cuMemFree`, `cuMemFreeHost` and
 //! `cuModuleUnload` wait for every kernel of the context, and a persistent kernel never ends: a device released
-//! while another device's kernel runs (a device restart opens the new device first) would hang. So release is
-//! deferred until no persistent kernel of the context runs. Likewise the grid of a new kernel must fit in what
-//! the other kernels leave resident, with headroom for short kernels (another device's init).
+//! while another device's kernel runs (a device restart opens the new device first) would hang. So release
+//! happens while the context's persistent kernels are paused (`quiesce.rs`), or, when one does not pause or the
+//! context holds a sticky error, is deferred until no persistent kernel of the context runs. Likewise the grid of
+//! a new kernel must fit in what the other kernels leave resident, with headroom for short kernels.
 
 use super::driver::{DevPtr, Driver, Handle};
+use super::quiesce::{Kernels, PAUSE_WAIT};
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,6 +43,8 @@ struct GpuBook {
     sticky: Option<String>,
     generation: u64,
     deferred: Vec<Resources>,
+    /// The running persistent kernels, paused around the driver calls that would wait for them.
+    kernels: Arc<Kernels>,
 }
 
 static BOOKS: Mutex<Option<HashMap<u64, GpuBook>>> = Mutex::new(None);
@@ -48,6 +52,11 @@ static BOOKS: Mutex<Option<HashMap<u64, GpuBook>>> = Mutex::new(None);
 fn with_book<T>(key: u64, f: impl FnOnce(&mut GpuBook) -> T) -> T {
     let mut books = lock(&BOOKS);
     f(books.get_or_insert_with(HashMap::new).entry(key).or_default())
+}
+
+/// The persistent kernels of GPU `key` (to pause them around a driver call that would wait for them).
+pub(crate) fn kernels(key: u64) -> Arc<Kernels> {
+    with_book(key, |book| book.kernels.clone())
 }
 
 /// Headroom kept free on every GPU for short kernels (another device's init): an eighth, at least one block.
@@ -124,8 +133,9 @@ pub(crate) fn kernel_left(driver: &Arc<dyn Driver>, res: &mut Resources, sticky:
     }
 }
 
-/// Releases `res`: now if no persistent kernel of the context runs, else when the last one leaves. A kernel
-/// that never left (abandoned) keeps its resources forever: freeing them would hang or pull memory from under it.
+/// Releases `res`: now, while the context's other persistent kernels are paused; when one does not pause, or a
+/// kernel fault poisoned the context, once the last persistent kernel has left. A kernel that never left
+/// (abandoned) keeps its resources forever: freeing them would hang or pull memory from under it.
 pub(crate) fn release(driver: &Arc<dyn Driver>, mut res: Resources) {
     if res.kernel_live {
         tracing::error!("the persistent kernel never left: its memory and context are leaked, not freed under it");
@@ -142,7 +152,7 @@ pub(crate) fn release(driver: &Arc<dyn Driver>, mut res: Resources) {
     let now = with_book(res.key, |book| {
         if res.generation != book.generation {
             Now::ContextOnly // a reset destroyed everything else
-        } else if book.live_kernels > 0 || book.sticky.is_some() {
+        } else if book.sticky.is_some() {
             book.deferred.push(std::mem::take(&mut res));
             Now::Deferred
         } else {
@@ -151,7 +161,23 @@ pub(crate) fn release(driver: &Arc<dyn Driver>, mut res: Resources) {
     });
     match now {
         Now::Deferred => {}
-        Now::Everything => free_now(driver.as_ref(), res),
+        Now::Everything => {
+            // Other devices' kernels may run (a device restart opens the new device before the old one is
+            // dropped): free while they are paused, or defer if one does not pause.
+            let kernels = kernels(res.key);
+            let slot = Mutex::new(Some(res));
+            let freed = kernels.quiesced(PAUSE_WAIT, || {
+                if let Some(r) = lock(&slot).take() {
+                    free_now(driver.as_ref(), r);
+                }
+            });
+            if let Err(e) = freed {
+                tracing::warn!(error = %e, "cuda release deferred until no persistent kernel of the context runs");
+                if let Some(r) = lock(&slot).take() {
+                    with_book(r.key, |book| book.deferred.push(r));
+                }
+            }
+        }
         Now::ContextOnly => {
             let Resources { ordinal, key, ctx, generation, .. } = res;
             free_now(driver.as_ref(), Resources { ordinal, key, ctx, generation, ..Resources::default() });

@@ -105,7 +105,7 @@ pub enum KernelArgs {
         /// The local region.
         local: DevPtr,
     },
-    /// `rv_persistent_kernel(shared, local, slots_per_block, budget, max_iterations)`.
+    /// `rv_persistent_kernel(shared, local, slots_per_block, budget, max_iterations, actor_backoff_ns)`.
     Persistent {
         /// The shared region, as the device sees it.
         shared: DevPtr,
@@ -115,14 +115,27 @@ pub enum KernelArgs {
         slots_per_block: u32,
         /// Most messages an actor processes per step.
         budget: u32,
-        /// 0: until terminate; otherwise the iterations of one launch (event-driven mode).
+        /// 0: until terminate or pause; otherwise the iterations of one launch (event-driven mode).
         max_iterations: u64,
+        /// Longest idle pause of an actor block between sweeps, in nanoseconds.
+        actor_backoff_ns: u32,
     },
     /// `rv_clock_kernel(out)`: stores the device's raw clock at `out`.
     Clock {
         /// Where (mapped host memory, as the device sees it).
         out: DevPtr,
     },
+    /// `rv_floor_kernel(req, resp, n)`: the floor probe's answering thread (`floor.rs`).
+    Floor {
+        /// The host's sequence number (mapped host memory, as the device sees it).
+        req: DevPtr,
+        /// The answer (mapped host memory, as the device sees it).
+        resp: DevPtr,
+        /// Answers to give.
+        n: u32,
+    },
+    /// `rv_empty_kernel()`: does nothing (the cost of a launch).
+    Empty,
 }
 
 impl KernelArgs {
@@ -132,6 +145,8 @@ impl KernelArgs {
             KernelArgs::Init { .. } => "rv_init_kernel",
             KernelArgs::Persistent { .. } => "rv_persistent_kernel",
             KernelArgs::Clock { .. } => "rv_clock_kernel",
+            KernelArgs::Floor { .. } => "rv_floor_kernel",
+            KernelArgs::Empty => "rv_empty_kernel",
         }
     }
 }

@@ -26,8 +26,10 @@
 mod book;
 pub mod driver;
 pub mod emulated;
+pub mod floor;
 mod image;
 pub mod nvrtc;
+mod quiesce;
 mod real;
 pub mod source;
 
@@ -39,6 +41,7 @@ use crate::shared::SharedGrid;
 use book::Resources;
 use driver::{Driver, DriverError, KernelArgs, Launch};
 use emulated::EmulatedDriver;
+use quiesce::{Control, PAUSE_WAIT};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -90,6 +93,25 @@ pub struct CudaConfig {
     /// How long start waits for the init and clock kernels, and for every block to enter the persistent
     /// kernel (a block that cannot become resident: another process's kernels fill the GPU).
     pub start_timeout: Duration,
+    /// Longest idle pause of an actor block between sweeps of its slots; `None` (the default): sized with the
+    /// grid by [`auto_idle_backoff`]. Every idle sweep reads mapped memory across PCIe, so the pause bounds
+    /// the bus traffic of idle actors (and block 0's accesses queue behind it) at the cost of the wake-up
+    /// latency of an idle actor.
+    pub idle_backoff: Option<Duration>,
+}
+
+/// Smallest and largest automatic idle pause of an actor block.
+const IDLE_BACKOFF_MIN_NS: u64 = 8_192;
+const IDLE_BACKOFF_MAX_NS: u64 = 262_144;
+/// Automatic idle pause per block of the grid: the grid's idle sweeps then read mapped memory at most about
+/// `2 / IDLE_BACKOFF_PER_BLOCK_NS` times a second (two reads a sweep: the flags and one slot), whatever its size.
+const IDLE_BACKOFF_PER_BLOCK_NS: u64 = 64;
+
+/// The idle pause of the actor blocks of a grid of `blocks` blocks: 8 µs for a small grid, growing with the
+/// grid (64 ns a block) up to 256 µs.
+pub fn auto_idle_backoff(blocks: u32) -> Duration {
+    let ns = (u64::from(blocks) * IDLE_BACKOFF_PER_BLOCK_NS).clamp(IDLE_BACKOFF_MIN_NS, IDLE_BACKOFF_MAX_NS);
+    Duration::from_nanos(ns)
 }
 
 impl Default for CudaConfig {
@@ -100,6 +122,7 @@ impl Default for CudaConfig {
             budget: 64,
             driver: CudaDriver::Real,
             start_timeout: Duration::from_secs(20),
+            idle_backoff: None,
         }
     }
 }
@@ -115,6 +138,8 @@ struct LaunchState {
     /// The kernel's end, when it ended with an error (a fault, or a launch refused).
     failure: Mutex<Option<String>>,
     resources: Mutex<Option<Resources>>,
+    /// Pause and resume of the kernel (around another device's driver calls).
+    control: Arc<Control>,
 }
 
 /// A running persistent kernel and what it uses.
@@ -197,13 +222,22 @@ impl CudaExecutor {
         // Everything taken from here on is in `res`: an error releases it (through the book, never under a
         // running kernel).
         let mut res = Resources { ordinal, key, generation, ..Resources::default() };
-        let started = Self::start_in(&driver, &gpu, mode, &config, header, behaviours, &mut res);
+        // The module load, the allocations, the memset and the short kernels wait for every running kernel of
+        // the context: they run while the GPU's other persistent kernels are paused (quiesce.rs).
+        let started = book::kernels(key)
+            .quiesced(PAUSE_WAIT, || Self::start_in(&driver, &gpu, mode, &config, header, behaviours, &mut res))
+            .map_err(|e| DeviceError::BackendUnavailable(format!("cuda: {e}")))
+            .and_then(|started| started);
         match started {
             Ok(Prepared { shared_host, launch, slots_per_block, description }) => {
-                let state = Arc::new(LaunchState { failure: Mutex::new(None), resources: Mutex::new(Some(res)) });
                 // SAFETY: the region holds the header written (and calibrated) by start_in; it lives in the
                 // Resources of `state` until the executor is dropped.
                 let grid = Arc::new(unsafe { SharedGrid::new(shared_host) });
+                let state = Arc::new(LaunchState {
+                    failure: Mutex::new(None),
+                    resources: Mutex::new(Some(res)),
+                    control: Control::new(grid.clone()),
+                });
                 let executor = Self {
                     driver: driver.clone(),
                     grid,
@@ -297,6 +331,8 @@ impl CudaExecutor {
         unsafe { std::ptr::write(shared_host.add(field) as *mut i64, offset) };
         tracing::debug!(offset_ns = offset, bracket_ns = width, "device clock calibrated");
 
+        let idle_backoff = config.idle_backoff.unwrap_or_else(|| auto_idle_backoff(grid));
+        let actor_backoff_ns = idle_backoff.as_nanos().min(u128::from(u32::MAX)) as u32;
         let iterations = match mode {
             CudaMode::Persistent => 0,
             CudaMode::EventDriven { iterations } => iterations.max(1),
@@ -311,13 +347,14 @@ impl CudaExecutor {
                 slots_per_block,
                 budget: config.budget,
                 max_iterations: iterations,
+                actor_backoff_ns,
             },
             stream,
             cooperative: true,
         };
         let description = format!(
             "{} {} (sm_{}{}, {image}, {grid} blocks of {capacity} resident, {slots_per_block} slots per block, \
-             {mode:?})",
+             idle pause {idle_backoff:?}, {mode:?})",
             d.kind(),
             gpu.name,
             gpu.arch.0,
@@ -353,8 +390,8 @@ fn host_now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
-/// The launcher thread: launches the kernel (once, or repeatedly in event-driven mode), sleeps on a
-/// blocking-sync event until it ends, and reports how it ended.
+/// The launcher thread: launches the kernel, sleeps on a blocking-sync event until it ends, and relaunches it
+/// after a pause (quiesce.rs) and, in event-driven mode, after every bounded run; reports how it ended.
 fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode: CudaMode, grid: &SharedGrid) {
     let (ctx, event, key) = {
         let res = crate::sync::lock(&state.resources);
@@ -370,6 +407,7 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
             }
             if launched.is_ok() {
                 book::kernel_started(key);
+                book::kernels(key).add(&state.control);
             }
             first = false;
         }
@@ -378,10 +416,23 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
         {
             break Err(e);
         }
-        if mode == CudaMode::Persistent || grid.terminate_requested() {
+        if grid.terminate_requested() {
+            break Ok(());
+        }
+        if grid.pause_requested() {
+            if state.control.park_if_paused() {
+                continue; // resumed: relaunch over the same memory
+            }
+            if grid.terminate_requested() || grid.pause_requested() {
+                break Ok(()); // shut down while parked
+            }
+            continue; // the pause was withdrawn before it was acted on
+        }
+        if mode == CudaMode::Persistent {
             break Ok(());
         }
     };
+    state.control.ended();
     let sticky = match &outcome {
         Err(e) => {
             tracing::error!(error = %e, "the persistent kernel ended with an error");
@@ -422,11 +473,16 @@ impl Executor for CudaExecutor {
         crate::sync::lock(&self.state.failure).clone()
     }
 
+    fn paused(&self) -> bool {
+        self.state.control.paused()
+    }
+
     fn shutdown(&self) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
         self.grid.request_terminate();
+        self.state.control.wake();
         if let Some(t) = crate::sync::lock(&self.launcher).take() {
             // A kernel that does not leave (a block stuck in a behaviour) must not hang the host: wait a bounded
             // time, then abandon it (its resources stay: see book::release).

@@ -213,32 +213,36 @@ impl Driver for CudarcDriver {
         current(ctx)?;
         // The parameter values live in this frame until the launch call returns (the driver copies them); the
         // first `count` are the entry point's parameters, in order.
-        let (a, b, c, d, e, count): (u64, u64, u32, u32, u64, usize) = match l.args {
-            KernelArgs::Init { shared, local } => (shared, local, 0, 0, 0, 2),
-            KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations } => {
-                (shared, local, slots_per_block, budget, max_iterations, 5)
+        let (a, b, c, d, e, f, count): (u64, u64, u32, u32, u64, u32, usize) = match l.args {
+            KernelArgs::Init { shared, local } => (shared, local, 0, 0, 0, 0, 2),
+            KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations, actor_backoff_ns } => {
+                (shared, local, slots_per_block, budget, max_iterations, actor_backoff_ns, 6)
             }
-            KernelArgs::Clock { out } => (out, 0, 0, 0, 0, 1),
+            KernelArgs::Clock { out } => (out, 0, 0, 0, 0, 0, 1),
+            // (the floor's n goes third: a u32 after two pointers)
+            KernelArgs::Floor { req, resp, n } => (req, resp, n, 0, 0, 0, 3),
+            KernelArgs::Empty => (0, 0, 0, 0, 0, 0, 0),
         };
-        let (mut a, mut b, mut c, mut d, mut e) = (a, b, c, d, e);
-        let mut all: [*mut c_void; 5] = [
+        let (mut a, mut b, mut c, mut d, mut e, mut f) = (a, b, c, d, e, f);
+        let mut all: [*mut c_void; 6] = [
             &mut a as *mut _ as *mut c_void,
             &mut b as *mut _ as *mut c_void,
             &mut c as *mut _ as *mut c_void,
             &mut d as *mut _ as *mut c_void,
             &mut e as *mut _ as *mut c_void,
+            &mut f as *mut _ as *mut c_void,
         ];
         let params = &mut all[..count];
-        let f = l.function as sys::CUfunction;
+        let function = l.function as sys::CUfunction;
         let stream = l.stream as sys::CUstream;
         // SAFETY: the parameters match the entry point's signature (KernelArgs names it) and point to locals
         // alive during the call; the memory they point to outlives the kernel (the executor frees it only
         // after the kernel has left).
         let r = unsafe {
             if l.cooperative {
-                result::launch_cooperative_kernel(f, (l.grid, 1, 1), (l.threads, 1, 1), 0, stream, params)
+                result::launch_cooperative_kernel(function, (l.grid, 1, 1), (l.threads, 1, 1), 0, stream, params)
             } else {
-                result::launch_kernel(f, (l.grid, 1, 1), (l.threads, 1, 1), 0, stream, params)
+                result::launch_kernel(function, (l.grid, 1, 1), (l.threads, 1, 1), 0, stream, params)
             }
         };
         wrap(if l.cooperative { "cuLaunchCooperativeKernel" } else { "cuLaunchKernel" }, r)

@@ -8,8 +8,10 @@
 //!
 //! The real driver's rules, enforced as errors the backend sees (and logged in [`EmulatedDriver::violations`]
 //! when the real driver would hang or corrupt rather than fail):
-//! - a free or unload while a persistent kernel of the context runs (the real call waits for every kernel of
-//!   the context: forever);
+//! - a module load or unload, an allocation (device or mapped host memory), a memset or a free while a
+//!   persistent kernel of the context runs (the real call waits for every kernel of the context: forever; seen
+//!   on an H200 for `cuModuleLoadDataEx`, the CUDA programming guide's implicit-synchronisation rules for the
+//!   allocations and the memset);
 //! - a persistent grid launched without the cooperative launch (its blocks are not guaranteed co-resident);
 //! - a cooperative grid larger than the resident capacity (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`);
 //! - a kernel on one stream using memory a memset on another stream may not have finished with;
@@ -54,7 +56,15 @@ pub struct EmulatedGpu {
     pub exec_timeout: bool,
     /// Newest PTX ISA version the driver's JIT accepts.
     pub max_ptx_version: (u32, u32),
+    /// The cost model of mapped memory: every system-scope access of a kernel thread (a load or store of the
+    /// shared region, a PCIe transaction on a GPU) waits this long. The default, 0.9 µs, is half the round trip
+    /// of a flag ping-ponged through mapped memory between the host and one GPU thread on an H200 (1.75 µs,
+    /// `docs/benchmarks.md`).
+    pub mapped_latency: Duration,
 }
+
+/// The default [`EmulatedGpu::mapped_latency`].
+pub const DEFAULT_MAPPED_LATENCY: Duration = Duration::from_nanos(900);
 
 impl Default for EmulatedGpu {
     /// An sm_80 GPU with 2 multiprocessors of 4 resident blocks each (8 blocks: small enough for a 2-core CI
@@ -67,6 +77,7 @@ impl Default for EmulatedGpu {
             blocks_per_sm: 4,
             exec_timeout: false,
             max_ptx_version: (8, 4),
+            mapped_latency: DEFAULT_MAPPED_LATENCY,
         }
     }
 }
@@ -162,6 +173,7 @@ impl EmulatedDriver {
     fn alloc(&self, call: &'static str, bytes: usize, fill: u8) -> Result<usize, DriverError> {
         let mut st = lock(&self.emu);
         st.usable(call)?;
+        st.no_persistent_kernel(call)?;
         let layout = Layout::from_size_align(bytes.max(1), 4096)
             .map_err(|_| DriverError::new(call, "CUDA_ERROR_OUT_OF_MEMORY"))?;
         // SAFETY: a non-zero size.
@@ -259,6 +271,7 @@ impl Driver for EmulatedDriver {
         const CALL: &str = "cuModuleLoadDataEx";
         let mut st = lock(&self.emu);
         st.usable(CALL)?;
+        st.no_persistent_kernel(CALL)?;
         match image {
             ModuleImage::Cubin { arch, bytes } => {
                 if !bytes.starts_with(b"\x7fELF") {
@@ -300,7 +313,7 @@ impl Driver for EmulatedDriver {
         if !st.modules.contains_key(&module) {
             return Err(DriverError::new("cuModuleGetFunction", "CUDA_ERROR_INVALID_HANDLE"));
         }
-        let entry = ["rv_init_kernel", "rv_persistent_kernel", "rv_clock_kernel"]
+        let entry = ["rv_init_kernel", "rv_persistent_kernel", "rv_clock_kernel", "rv_floor_kernel", "rv_empty_kernel"]
             .into_iter()
             .find(|e| *e == name)
             .ok_or_else(|| DriverError::new("cuModuleGetFunction", "CUDA_ERROR_NOT_FOUND"))?;
@@ -368,6 +381,7 @@ impl Driver for EmulatedDriver {
         const CALL: &str = "cuMemsetD8Async";
         let mut st = lock(&self.emu);
         st.usable(CALL)?;
+        st.no_persistent_kernel(CALL)?;
         if !st.streams.contains_key(&stream) {
             return Err(DriverError::new(CALL, "CUDA_ERROR_INVALID_HANDLE"));
         }
@@ -419,6 +433,8 @@ impl Driver for EmulatedDriver {
             KernelArgs::Init { shared, local } => vec![shared, local],
             KernelArgs::Persistent { shared, local, .. } => vec![shared, local],
             KernelArgs::Clock { out } => vec![out],
+            KernelArgs::Floor { req, resp, .. } => vec![req, resp],
+            KernelArgs::Empty => Vec::new(),
         };
         for p in pointers {
             let pending = match st.region_of(p) {
@@ -454,6 +470,7 @@ impl Driver for EmulatedDriver {
 
         let capacity = self.capacity();
         let (args, threads, skew) = (l.args, l.threads, self.clock_skew_ns);
+        let latency_ns = self.gpu.mapped_latency.as_nanos().min(u128::from(u32::MAX)) as u32;
         let spawn = |name: String, emu: Arc<Emu>, f: Box<dyn FnOnce() + Send>, blocks: u32| {
             std::thread::Builder::new()
                 .name(name)
@@ -466,7 +483,7 @@ impl Driver for EmulatedDriver {
                 .map_err(|_| DriverError::new(call, "CUDA_ERROR_OUT_OF_MEMORY"))
         };
         match args {
-            KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations } => {
+            KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations, .. } => {
                 for block in 0..blocks {
                     let table = table.clone();
                     let run = Box::new(move || {
@@ -482,6 +499,7 @@ impl Driver for EmulatedDriver {
                                 budget,
                                 max_iterations,
                                 skew,
+                                latency_ns,
                             )
                         }
                     });
@@ -512,6 +530,14 @@ impl Driver for EmulatedDriver {
                 let run = Box::new(move || unsafe { ffi::rv_emu_clock(out as *mut u64, skew) });
                 spawn("emu-cuda-clock".into(), self.emu.clone(), run, blocks)?;
             }
+            KernelArgs::Floor { req, resp, n } => {
+                // SAFETY: both inside live allocations (checked above), 4-byte aligned by the caller; the host
+                // stops the thread (RV_FLOOR_STOP) before it frees them.
+                let run =
+                    Box::new(move || unsafe { ffi::rv_emu_floor(req as *mut u32, resp as *mut u32, n, latency_ns) });
+                spawn("emu-cuda-floor".into(), self.emu.clone(), run, blocks)?;
+            }
+            KernelArgs::Empty => spawn("emu-cuda-empty".into(), self.emu.clone(), Box::new(|| {}), blocks)?,
         }
         Ok(())
     }
