@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Runs ringvisor's test binaries, benchmarks and demo on a machine with an NVIDIA GPU, on the CUDA backend
-# (RINGVISOR_BACKEND=cuda). The binaries are built elsewhere by `scripts/gpu-pack.sh` (the GPU machine needs
-# no Rust toolchain) and unpacked here from gpu-pack.tar.xz.
+# The one prepared run of ringvisor on a machine with an NVIDIA GPU, on the CUDA backend (RINGVISOR_BACKEND=cuda).
+# The binaries are built elsewhere by `scripts/gpu-pack.sh` (the GPU machine needs no Rust toolchain) and
+# unpacked here from gpu-pack.tar.xz.
 #
 #   scripts/gpu-suite.sh PACK OUTDIR [FILTER...]
 #
-# Each binary runs on its own, tests one at a time by default (RV_TEST_THREADS), with RV_TEST_ARGS passed to it
-# (e.g. `gpu::`: in device/tests only the real-driver variants), under a timeout (RV_TEST_LIMIT seconds,
-# default 90), so that a hang is reported as a hang and the rest still runs. FILTERs keep the binaries whose names contain one of them (`demo`, `bench` included). Logs
-# go to OUTDIR; the last lines printed are a table: binary, exit status (124 = timed out), seconds, tests
-# passed/failed. Through the device tool, write OUTDIR under $OUT and tar it: only 8 files come back.
+# Such a machine is lent for about 15 minutes, its start included: the whole run has a deadline (RV_DEADLINE
+# seconds from the start, default 480), and the steps run most important first: the floor probe and the CUDA
+# rows, block 0 under a burst, the device suites (their `gpu::` variants), the supervised suites, OTP
+# conformance, chaos on two devices, the demo with chaos, WebGPU on the GPU's Vulkan driver, then the quick
+# benchmark. Each step runs under its own limit, cut to what the deadline leaves (a hang is reported as a hang,
+# rc 124, and the rest still runs); a step with no time left is skipped. FILTERs keep the steps whose names
+# contain one of them. Logs go to OUTDIR, with a summary table (step, exit status, seconds, tests passed/failed)
+# and OUTDIR.tar.gz beside it (the device tool brings back 8 files at most: take the archive).
 set -uo pipefail
 pack=${1:?pack file}
 out=${2:?output folder}
 shift 2
 filters=("$@")
+deadline=$((SECONDS + ${RV_DEADLINE:-480}))
 mkdir -p "$out" /tmp/rv-gpu
 tar -xJf "$pack" -C /tmp/rv-gpu
 bin=/tmp/rv-gpu/bin
@@ -33,15 +37,22 @@ mkdir -p /tmp/rv-gpu/lib
 [ -n "$nvrtc" ] && ln -sf "$nvrtc" /tmp/rv-gpu/lib/libnvrtc.so
 export LD_LIBRARY_PATH="/tmp/rv-gpu/lib:$(dirname "${nvrtc:-/nonexistent}"):${LD_LIBRARY_PATH:-}"
 export RINGVISOR_BACKEND=${RINGVISOR_BACKEND:-cuda}
+# NVIDIA's Vulkan driver for the wgpu steps (the loader finds the ICD through this file).
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -e "$icd" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$icd}"
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,pcie.link.gen.current,pcie.link.width.current \
+    --format=csv
   echo "nvrtc: ${nvrtc:-not found}"
   echo "backend: $RINGVISOR_BACKEND"
+  echo "vulkan loader: $(ldconfig -p | grep -m1 'libvulkan.so.1' || echo none)"
 } | tee "$out/machine.txt"
 
 summary="$out/summary.txt"
 : >"$summary"
-run() { # name timeout command...
+# step NAME LIMIT COMMAND...: runs COMMAND under min(LIMIT, time left), logs to OUTDIR/NAME.log.
+step() {
   local name=$1 limit=$2
   shift 2
   if [ ${#filters[@]} -gt 0 ]; then
@@ -49,22 +60,43 @@ run() { # name timeout command...
     for f in "${filters[@]}"; do [[ $name == *$f* ]] && keep=1; done
     [ $keep = 1 ] || return 0
   fi
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    printf '%-28s skipped (deadline)\n' "$name" | tee -a "$summary"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local t0=$SECONDS
   timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   local counts
   counts=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$out/$name.log" | tail -1)
-  printf '%-28s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "${counts:-}" | tee -a "$summary"
+  printf '%-28s rc=%-3s %4ss limit=%-4s %s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" "${counts:-}" |
+    tee -a "$summary"
 }
+# A test binary's real-driver variants (device suites) or all its tests (supervised suites, on RINGVISOR_BACKEND).
+device_suite() { step "$1" "$2" "$bin/test-$1" --test-threads=1 gpu::; }
+suite() { local name=$1 limit=$2; shift 2; step "$name" "$limit" "$bin/test-$name" --test-threads=1 "$@"; }
 
-for t in "$bin"/test-*; do
-  [ -x "$t" ] || continue
-  name=${t##*/test-}
-  # shellcheck disable=SC2086 # RV_TEST_ARGS is a list of words (a test-name filter such as `gpu::`)
-  run "$name" "${RV_TEST_LIMIT:-90}" "$t" --test-threads="${RV_TEST_THREADS:-1}" ${RV_TEST_ARGS:-}
-done
-[ -x "$bin/ringvisor" ] && run demo 120 "$bin/ringvisor" demo --duration 10 --sensors 64 --no-chaos
-[ -x "$bin/ringvisor" ] && run demo-chaos 120 "$bin/ringvisor" demo --duration 10 --sensors 64
-[ -x "$bin/ringvisor-bench" ] && run bench "${RV_BENCH_LIMIT:-240}" "$bin/ringvisor-bench" --quick --out "$out/bench"
+step floor-and-calls 60 "$bin/ringvisor-bench" --quick --only-cuda
+step liveness 120 "$bin/ringvisor-bench" --only-liveness
+device_suite lifecycle 90
+device_suite large_messages 60
+device_suite routing 60
+for t in api bad_input device_faults fuzz_boundary sensor; do device_suite "$t" 45; done
+suite multi_device 90
+suite device_recovery 60
+suite otp_conformance 120 gpu::
+RINGVISOR_CHAOS_SECS=10 suite chaos 90
+step demo-chaos 40 "$bin/ringvisor" demo --duration 10 --sensors 64
+# WebGPU on the GPU's Vulkan driver; a crash leaves a backtrace (cuda-gdb debugs host code too).
+RINGVISOR_BACKEND=wgpu step wgpu-lifecycle 60 "$bin/test-lifecycle" --test-threads=1 wgpu::
+if command -v cuda-gdb >/dev/null && grep -q 'rc=13[49]' <(grep wgpu-lifecycle "$summary"); then
+  RINGVISOR_BACKEND=wgpu step wgpu-backtrace 60 cuda-gdb -batch -ex run -ex 'thread apply all bt 12' \
+    --args "$bin/test-lifecycle" --test-threads=1 wgpu::a_behaviours
+fi
+RINGVISOR_BACKEND=wgpu step wgpu-bench 50 "$bin/ringvisor-bench" --quick --only-wgpu
+step bench 240 "$bin/ringvisor-bench" --quick --out "$out/bench"
 echo "== summary"
 cat "$summary"
+tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"

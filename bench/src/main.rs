@@ -3,16 +3,17 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness]`
+//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
 //! (beside the CPU backend's); `--only-remote` only the remote round trips over loopback (a second process:
 //! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices;
 //! `--only-liveness` block 0 under a burst of creates on the backend `RINGVISOR_BACKEND` names (see
-//! `liveness.rs`).
+//! `liveness.rs`); `--only-cuda` the CUDA rows against the floor of the machine (see `cuda.rs`).
 
 mod backends;
+mod cuda;
 mod heap;
 mod liveness;
 mod remote;
@@ -37,6 +38,7 @@ fn main() {
     let mut only_remote = false;
     let mut only_routed = false;
     let mut only_liveness = false;
+    let mut only_cuda = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -53,6 +55,7 @@ fn main() {
             "--only-remote" => only_remote = true,
             "--only-routed" => only_routed = true,
             "--only-liveness" => only_liveness = true,
+            "--only-cuda" => only_cuda = true,
             "--serve-node" => {
                 let port =
                     args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
@@ -83,6 +86,10 @@ fn main() {
             tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
+    if only_cuda {
+        println!("{}", markdown(&cuda::cuda_rows(scale.latency_samples)));
+        return;
+    }
     if only_liveness {
         for line in liveness::liveness_lines(2_048, 2_000) {
             println!("{line}");

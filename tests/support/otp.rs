@@ -13,14 +13,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringvisor::device::{Backend, BehaviourSet, CpuConfig, Device, DeviceConfig, WgpuConfig};
+use ringvisor::device::{Backend, BehaviourSet, Device, DeviceConfig, WgpuConfig};
 use ringvisor::supervisor::ractor::{Actor, ActorProcessingErr, ActorRef};
 use ringvisor::supervisor::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Host,
-    /// GPU children on the CPU backend.
+    /// GPU children on the backend `RINGVISOR_BACKEND` names (the CPU backend when unset).
     Gpu,
     /// GPU children on the WebGPU backend (needs a Vulkan adapter: the caller checks).
     Wgpu,
@@ -440,9 +440,11 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
         Mode::Host => (Services::host_only(), None),
         Mode::Gpu | Mode::Wgpu => {
             let slots = (count_workers(&scenario.tree) + 8).next_power_of_two();
+            // GPU mode on the backend RINGVISOR_BACKEND names (the CPU backend when unset; the real GPU in
+            // scripts/gpu-suite.sh)
             let backend = match mode {
                 Mode::Wgpu => Backend::Wgpu(WgpuConfig::default()),
-                _ => Backend::Cpu(CpuConfig::default()),
+                _ => Backend::default(),
             };
             let config = DeviceConfig::default()
                 .backend(backend)

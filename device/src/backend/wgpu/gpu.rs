@@ -68,10 +68,18 @@ fn preferred_adapter(want: Option<&str>) -> Option<wgpu::Adapter> {
     })
 }
 
+/// The process's one Vulkan instance (created at first use, never destroyed): every enumeration and every device
+/// goes through it (instances made and destroyed per enumeration, in whatever thread asked, were the difference
+/// between the wgpu tests that crashed on NVIDIA's Vulkan driver and the benchmark that ran there).
 fn instance() -> wgpu::Instance {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
-    desc.backends = wgpu::Backends::VULKAN;
-    wgpu::Instance::new(desc)
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE
+        .get_or_init(|| {
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
+            desc.backends = wgpu::Backends::VULKAN;
+            wgpu::Instance::new(desc)
+        })
+        .clone()
 }
 
 fn no_adapter(why: String) -> DeviceError {
