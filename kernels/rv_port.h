@@ -245,11 +245,22 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
     for (uint64_t i = 0; i < units; ++i)
         asm volatile("st.v2.u64 [%0], {%1, %1};" ::"l"((char *)dst + 16ull * i), "l"(0ull) : "memory");
 }
+/* A copy out of a cell the host wrote (a command, an inbox envelope) after the acquire of its ring's index: each
+ * 16 bytes one volatile load (system scope, never served from a cache line of the cell's previous lap). */
+RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) {
+    for (uint32_t i = 0; i < units; ++i) {
+        unsigned long long a, b;
+        asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"((const char *)src + 16ull * i)
+                     : "memory");
+        asm volatile("st.v2.u64 [%0], {%1, %2};" ::"l"((char *)dst + 16ull * i), "l"(a), "l"(b) : "memory");
+    }
+}
 #else
 /* memcpy/memset: no aliasing assumptions about the structs they move (a cast to a 16-byte struct type would
  * let the compiler drop the stores that built the source), and 16-byte moves for aligned data. */
 RV_FN void rv_copy16(void *dst, const void *src, uint32_t units) { __builtin_memcpy(dst, src, 16ull * units); }
 RV_FN void rv_zero16(void *dst, uint64_t units) { __builtin_memset(dst, 0, 16ull * units); }
+RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
 #endif
 
 /* Plain byte copies (no libc on the device). */

@@ -789,7 +789,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         if (!rv_outbox_has_room(g, cb)) break;
         /* The host's cell, read once with 16-byte loads (on a GPU it is across PCIe); the behaviour reads the copy. */
         rv_envelope copy;
-        rv_copy_envelope(&copy, rv_inbox_cell(g, slot, head));
+        rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
         const rv_envelope *msg = &copy;
         rv_ctx_next(&ctx, msg, now);
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
@@ -867,7 +867,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
 RV_FN uint32_t rv_event_room(const rv_grid_view *g) {
     rv_grid_header *h = g->header;
     uint32_t head = rv_load_acquire_u32(&h->event_head);
-    uint32_t used = h->event_tail - head;
+    uint32_t used = rv_load_relaxed_u32(&h->event_tail) - head;
     return used >= g->event_capacity ? 0 : g->event_capacity - used;
 }
 
@@ -875,7 +875,7 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
                                 int32_t code, uint32_t inbox_head, uint32_t failed_index, uint32_t k2k_dropped,
                                 uint64_t messages_processed) {
     rv_grid_header *h = g->header;
-    uint32_t tail = h->event_tail;
+    uint32_t tail = rv_load_relaxed_u32(&h->event_tail);
     int in_range = slot < g->slot_count;
     rv_control_block *cb = in_range ? &g->blocks[slot] : 0;
     /* Built locally, then copied into the ring with 16-byte stores. */
@@ -897,7 +897,7 @@ RV_FN void rv_publish_processed(const rv_grid_view *g, uint32_t kind, uint32_t s
     e->inbox_start = cmd && starts ? cmd->inbox_index : 0;
     rv_copy16(&g->events[tail & (g->event_capacity - 1)], &local, sizeof(rv_event) / 16);
     rv_store_release_u32(&h->event_tail, tail + 1);
-    rv_store_relaxed_u64(&h->events_published, h->events_published + 1);
+    rv_store_relaxed_u64(&h->events_published, rv_load_relaxed_u64(&h->events_published) + 1);
 }
 
 /* Publishes an event carrying the slot's current messages_processed. */
@@ -1247,7 +1247,7 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
      * commands does not keep block 0 from its other duties, and its heartbeat moves with every command (each
      * can take a while on a GPU, where the command and event rings are in host memory across PCIe). */
     for (uint32_t n = 0; n < RV_COMMANDS_PER_STEP; ++n) {
-        uint32_t head = h->command_head;
+        uint32_t head = rv_load_relaxed_u32(&h->command_head);
         uint32_t tail = rv_load_acquire_u32(&h->command_tail);
         if (head == tail) break;
         if (rv_event_room(g) < RV_EVENTS_PER_ATTEND) break;
@@ -1262,11 +1262,11 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
             continue;
         }
         rv_command cmd;
-        rv_copy16(&cmd, &g->commands[head & (g->command_capacity - 1)], sizeof(rv_command) / 16);
+        rv_copy16_from_host(&cmd, &g->commands[head & (g->command_capacity - 1)], sizeof(rv_command) / 16);
         rv_sv_execute(g, &cmd);
         if (cmd.slot < g->slot_count) rv_touch_slot(g, cmd.slot);
         rv_store_release_u32(&h->command_head, head + 1);
-        rv_store_relaxed_u64(&h->commands_processed, h->commands_processed + 1);
+        rv_store_relaxed_u64(&h->commands_processed, rv_load_relaxed_u64(&h->commands_processed) + 1);
         rv_sv_beat(g);
         out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
     }

@@ -67,15 +67,28 @@ step() {
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   local t0=$SECONDS
-  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1 &
+  local pid=$!
+  # A step still running 8 s before its limit is taken for a hang: every thread's stack goes to NAME.bt
+  # (cuda-gdb debugs host code too) before the timeout ends it.
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ $((SECONDS - t0)) -ge $((limit - 8)) ] && [ ! -e "$out/$name.bt" ] && command -v cuda-gdb >/dev/null; then
+      local child
+      child=$(pgrep -P "$pid" | head -1)
+      [ -n "$child" ] && timeout 20 cuda-gdb -batch -p "$child" -ex 'thread apply all bt 15' >"$out/$name.bt" 2>&1
+    fi
+    sleep 1
+  done
+  wait "$pid"
   local rc=$?
   local counts
   counts=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$out/$name.log" | tail -1)
   printf '%-28s rc=%-3s %4ss limit=%-4s %s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" "${counts:-}" |
     tee -a "$summary"
 }
-# A test binary's real-driver variants (device suites) or all its tests (supervised suites, on RINGVISOR_BACKEND).
-device_suite() { step "$1" "$2" "$bin/test-$1" --test-threads=1 gpu::; }
+# A test binary's real-driver variants (device suites; `gpu::` also matches `wgpu::`, run in steps of their own)
+# or all its tests (supervised suites, on RINGVISOR_BACKEND).
+device_suite() { step "$1" "$2" "$bin/test-$1" --test-threads=1 gpu:: --skip wgpu::; }
 suite() { local name=$1 limit=$2; shift 2; step "$name" "$limit" "$bin/test-$name" --test-threads=1 "$@"; }
 
 step floor-and-calls 60 "$bin/ringvisor-bench" --quick --only-cuda
@@ -86,16 +99,16 @@ device_suite routing 60
 for t in api bad_input device_faults fuzz_boundary sensor; do device_suite "$t" 45; done
 suite multi_device 90
 suite device_recovery 60
-suite otp_conformance 120 gpu::
+suite otp_conformance 120 gpu:: --skip wgpu::
 RINGVISOR_CHAOS_SECS=10 suite chaos 90
 step demo-chaos 40 "$bin/ringvisor" demo --duration 10 --sensors 64
 # WebGPU on the GPU's Vulkan driver; a crash leaves a backtrace (cuda-gdb debugs host code too).
+RINGVISOR_BACKEND=wgpu step wgpu-bench 50 "$bin/ringvisor-bench" --quick --only-wgpu
 RINGVISOR_BACKEND=wgpu step wgpu-lifecycle 60 "$bin/test-lifecycle" --test-threads=1 wgpu::
 if command -v cuda-gdb >/dev/null && grep -q 'rc=13[49]' <(grep wgpu-lifecycle "$summary"); then
   RINGVISOR_BACKEND=wgpu step wgpu-backtrace 60 cuda-gdb -batch -ex run -ex 'thread apply all bt 12' \
     --args "$bin/test-lifecycle" --test-threads=1 wgpu::a_behaviours
 fi
-RINGVISOR_BACKEND=wgpu step wgpu-bench 50 "$bin/ringvisor-bench" --quick --only-wgpu
 step bench 240 "$bin/ringvisor-bench" --quick --out "$out/bench"
 echo "== summary"
 cat "$summary"

@@ -10,13 +10,18 @@ use std::time::{Duration, Instant};
 
 use ringvisor::device::{Backend, Device, DeviceConfig};
 
-const T: Duration = Duration::from_secs(60);
+const T: Duration = Duration::from_secs(8);
 
 /// One line per idle pause: idle beat rate, the burst's longest heartbeat gap and duration, the idle round trip.
 pub fn liveness_lines(slots: u32, creates: u32) -> Vec<String> {
+    liveness_variants(slots, creates, 1024)
+}
+
+/// The same burst with commands ring of `command_capacity` (a burst larger than the ring wraps it).
+pub fn liveness_variants(slots: u32, creates: u32, command_capacity: u32) -> Vec<String> {
     let base = Backend::from_env().unwrap_or_else(|e| panic!("RINGVISOR_BACKEND: {e}"));
     let variants: Vec<(String, Backend)> = match &base {
-        Backend::Cuda(c) => [None, Some(8_192u64), Some(65_536), Some(262_144)]
+        Backend::Cuda(c) => [None, Some(262_144u64)]
             .into_iter()
             .map(|ns| {
                 let mut c = c.clone();
@@ -27,11 +32,20 @@ pub fn liveness_lines(slots: u32, creates: u32) -> Vec<String> {
             .collect(),
         other => vec![("default".to_string(), other.clone())],
     };
-    variants.into_iter().map(|(label, backend)| format!("{label}: {}", one(backend, slots, creates))).collect()
+    variants
+        .into_iter()
+        .map(|(label, backend)| {
+            let line =
+                format!("{label}, command ring {command_capacity}: {}", one(backend, slots, creates, command_capacity));
+            eprintln!("{line}");
+            line
+        })
+        .collect()
 }
 
-fn one(backend: Backend, slots: u32, creates: u32) -> String {
-    let config = DeviceConfig::default().slots(slots).lost_after(None).backend(backend);
+fn one(backend: Backend, slots: u32, creates: u32, command_capacity: u32) -> String {
+    let config =
+        DeviceConfig::default().slots(slots).command_capacity(command_capacity).lost_after(None).backend(backend);
     let d = match Device::open(config) {
         Ok(d) => Arc::new(d),
         Err(e) => return format!("open failed: {e}"),
@@ -63,7 +77,12 @@ fn one(backend: Backend, slots: u32, creates: u32) -> String {
     let mut failed = None;
     for (slot, p) in (0..creates).zip(pending) {
         if let Err(e) = p.and_then(|p| p.wait_blocking(T)) {
-            failed = Some(format!("create of slot {slot}: {e}"));
+            let stats = d.stats();
+            let snap = d.snapshot(slot).map(|s| format!("{:?} generation {}", s.state, s.generation));
+            failed = Some(format!(
+                "create of slot {slot}: {e} (block 0: heartbeat {}, {} commands, {} events; the slot: {snap:?})",
+                stats.block0_heartbeat, stats.commands_processed, stats.events
+            ));
             break;
         }
     }
