@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{DeviceConfig, EventKind, SlotEvent, SlotFault, SlotState, UndeliveredReason};
+use ringvisor::device::{
+    Backend, CudaConfig, CudaDriver, DeviceConfig, EmulatedDriver, EmulatedGpu, EventKind, SlotEvent, SlotFault,
+    SlotState, UndeliveredReason,
+};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -356,4 +359,57 @@ async fn a_supervisor_starts_its_gpu_children_as_one_batch_and_a_failed_one_stop
         .await;
     assert_eq!(rt.services().free_slots(), 16, "every slot given back");
     rt.shutdown().await;
+}
+
+/// `count` crashes of one child in a row, unpaced: each call poisons the actor and waits only for its own
+/// answer (handed back, reason poison), never for the restart. OTP counts every one of them: with intensity
+/// `count - 1`, the last makes the supervisor give up, whatever the timing of block 0's restarts by grant.
+async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, Vec<String>) {
+    let spec =
+        SupervisorSpec::new(Strategy::OneForOne).intensity(count - 1, Duration::from_secs(5)).child(gpu("storm"));
+    let rt = Runtime::builder().device(device).root_id("root").start(spec).await.unwrap();
+    let mut events = rt.services().events().subscribe();
+    let storm = rt.gpu("app/storm").unwrap();
+    let poison = 0xDEAD_DEAD_DEAD_DEADu64.to_le_bytes();
+    let mut answers = Vec::new();
+    for _ in 0..count {
+        answers.push(match storm.call(&poison, T).await {
+            Err(SendError::Undelivered { reason, .. }) => format!("{reason:?}"),
+            other => format!("unexpected: {other:?}"),
+        });
+    }
+    let end = tokio::time::timeout(T, rt.wait()).await.unwrap_or_else(|_| {
+        let mut seen = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            seen.push(format!("{e:?}"));
+        }
+        panic!("the runtime did not end after {count} crashes with intensity {}; events: {seen:#?}", count - 1)
+    });
+    (end, answers)
+}
+
+/// 20 storms of 4 crashes (intensity 3) and 5 of 11 (intensity 10), each ending in the supervisor giving up.
+async fn every_storm_gives_up(device: impl Fn() -> DeviceConfig) {
+    for (run, crashes) in (0..20).map(|run| (run, 4)).chain((20..25).map(|run| (run, 11))) {
+        let (end, answers) = unpaced_crash_storm(device(), crashes).await;
+        assert!(answers.iter().all(|a| a.contains("Poison")), "run {run}: {answers:?}");
+        assert!(matches!(end, RuntimeEnd::RootEnded { gave_up: true, .. }), "run {run}: {end}");
+    }
+}
+
+/// Found by a user (issue 33): block 0 restarted an incarnation under a grant, it crashed again before its
+/// supervisor took it over, and that crash went uncounted (the supervisor's own restart replaced it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_of_an_unpaced_storm_counts_and_the_supervisor_gives_up_every_time() {
+    every_storm_gives_up(config).await;
+}
+
+/// The same on the CUDA backend over the emulated driver (block 0 on a thread of its own, mapped memory costed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_of_an_unpaced_storm_counts_on_the_emulated_gpu_too() {
+    every_storm_gives_up(|| {
+        let gpu = EmulatedDriver::new(EmulatedGpu::default());
+        config().backend(Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(gpu), ..CudaConfig::default() }))
+    })
+    .await;
 }

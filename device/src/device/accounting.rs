@@ -208,12 +208,15 @@ impl DeviceInner {
                 }
                 EventKind::Failed => {
                     host.failed_tail = Some(host.tail);
-                    host.granted = event.restart_by_grant_follows().then(|| {
+                    // A restart by grant is announced until someone takes it: a later failure without one (the
+                    // restarted incarnation crashing before its supervisor took it over) does not hide it, so the
+                    // supervisor takes over that incarnation, finds it failed, and counts that crash too.
+                    if event.restart_by_grant_follows() {
                         let cmd_id = granted_cmd_id(event.slot, event.generation.wrapping_add(1));
                         let waiter: CommandWaiter = Arc::new(Completion::new());
                         lock(&self.commands).insert(cmd_id, waiter.clone());
-                        (cmd_id, waiter)
-                    });
+                        host.granted = Some((cmd_id, waiter));
+                    }
                     if event.failed_index != RV_NO_INDEX && host.poison_reported.is_none() {
                         let env = self.inbox_envelope(event.slot, event.failed_index);
                         undelivered.push(Undelivered {

@@ -27,6 +27,20 @@ impl Device {
         Ok(())
     }
 
+    /// Grants block 0 a restart in place of incarnation `generation` of `slot` if it fails, and only of that
+    /// one: when the host's view of the slot has moved past it (a restart block 0 already carried out that
+    /// the caller has not taken over yet) or it is not Active, any grant is withdrawn instead. A supervisor
+    /// grants the incarnation it knows it runs, so that block 0 never restarts one it has not heard of: each
+    /// restart by grant then follows a failure the supervisor counts (OTP's intensity sees every crash).
+    pub fn set_restart_grant_for(&self, slot: u32, generation: u32) -> Result<(), DeviceError> {
+        self.check_open()?;
+        self.check_slot(slot)?;
+        let host = lock(&self.inner.slots[slot as usize]);
+        let known = host.state == SlotState::Active && host.generation == generation;
+        self.inner.grid.write_restart_grant(slot, if known { generation } else { 0 });
+        Ok(())
+    }
+
     /// The restart block 0 carries out in `slot` under a grant, announced by the last Failed event the host
     /// read, as a command to wait for (its outcome: `Restarted`, or `CreateFailed` if the init failed).
     /// `None` if the last failure was not followed by one, or it was taken already.

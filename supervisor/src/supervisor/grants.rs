@@ -19,6 +19,7 @@ use super::children::Child;
 use super::SupervisorState;
 use crate::policy::{Restart, Strategy};
 use crate::spec::ChildStart;
+use crate::status::Incarnation;
 
 impl Child {
     /// The child could hold a grant (everything but the budget).
@@ -30,13 +31,18 @@ impl Child {
             && gpu.same_init_every_start(&self.args)
     }
 
-    /// Gives or withdraws the running incarnation's grant.
+    /// Gives or withdraws the running incarnation's grant. The grant names the incarnation this supervisor
+    /// runs, never a newer one block 0 may have started meanwhile (see `Device::set_restart_grant_for`).
     fn set_grant(&mut self, granted: bool) {
         if self.granted == granted {
             return;
         }
+        let generation = match self.running() {
+            Some(Incarnation::Gpu(generation)) if granted => *generation,
+            _ => 0,
+        };
         if let Some(gpu) = &self.shared.gpu_actor {
-            if gpu.device().set_restart_grant(gpu.slot(), granted).is_ok() {
+            if gpu.device().set_restart_grant_for(gpu.slot(), generation).is_ok() {
                 self.granted = granted;
             }
         }
