@@ -72,6 +72,7 @@ fn one(backend: Backend, slots: u32, creates: u32, command_capacity: u32) -> Str
             longest.max(since.elapsed())
         })
     };
+    let events = d.subscribe();
     let t0 = Instant::now();
     let pending: Vec<_> = (0..creates).map(|s| d.create(s, "echo", &[])).collect();
     let mut failed = None;
@@ -79,8 +80,19 @@ fn one(backend: Backend, slots: u32, creates: u32, command_capacity: u32) -> Str
         if let Err(e) = p.and_then(|p| p.wait_blocking(T)) {
             let stats = d.stats();
             let snap = d.snapshot(slot).map(|s| format!("{:?} generation {}", s.state, s.generation));
+            // what block 0 answered: a rejection names the command's slot and why (a stale command cell read
+            // again would be rejected as an illegal transition of a slot already created)
+            let mut kinds = std::collections::BTreeMap::<String, (u32, Vec<u32>)>::new();
+            while let Some(ev) = events.try_recv() {
+                let entry = kinds.entry(format!("{:?} {:?}", ev.event.kind, ev.event.code)).or_default();
+                entry.0 += 1;
+                if entry.1.len() < 5 {
+                    entry.1.push(ev.event.slot);
+                }
+            }
             failed = Some(format!(
-                "create of slot {slot}: {e} (block 0: heartbeat {}, {} commands, {} events; the slot: {snap:?})",
+                "create of slot {slot}: {e} (block 0: heartbeat {}, {} commands, {} events; the slot: {snap:?}; \
+                 events by kind (count, first slots): {kinds:?})",
                 stats.block0_heartbeat, stats.commands_processed, stats.events
             ));
             break;

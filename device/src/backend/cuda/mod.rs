@@ -398,6 +398,8 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
         let r = res.as_ref().expect("resources live while the launcher runs");
         (r.ctx.expect("retained"), r.event.expect("created"), r.key)
     };
+    // Known to quiesces from before its launch: a device opened right after this one pauses it too.
+    book::kernels(key).add(&state.control);
     let mut first = true;
     let outcome = loop {
         let launched = driver.launch(ctx, &l);
@@ -407,7 +409,6 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
             }
             if launched.is_ok() {
                 book::kernel_started(key);
-                book::kernels(key).add(&state.control);
             }
             first = false;
         }
