@@ -12,6 +12,8 @@
  *     4 forward dst:u32  forward payload[8..] to dst (a slot, or a routed address); dst answers the host (a full
  *                        queue: RV_STALL, the message is offered again; another error: answered with it)
  *     5 clocks           reply { rv_clock_ns: u64, rv_monotonic_ns: u64 }
+ *     6 spin             never returns: spins on a state word nothing writes (a behaviour stuck for good, as a
+ *                        user's `while (*flag == 0) {}` is; not in the WGSL version: a dispatch that never ends)
  *   any other op is answered with an RV_KIND_ERROR.
  */
 #include "../rv_behaviour.h"
@@ -22,11 +24,13 @@
 #define RV_TEST_STALL 3u
 #define RV_TEST_FORWARD 4u
 #define RV_TEST_CLOCKS 5u
+#define RV_TEST_SPIN 6u
 #define RV_TEST_SLOW_INIT 0x574F4C53u /* "SLOW" */
 #define RV_TEST_SLOW_INIT_MAX_NS 10000000000ull
 
 typedef struct rv_test_state {
     uint64_t poison;
+    uint32_t never_set; /* op 6 spins until this is non-zero: nothing ever writes it */
 } rv_test_state;
 
 RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg) {
@@ -61,6 +65,12 @@ RV_BEHAVIOUR_FN int rv_behaviour_test(rv_actor_ctx *ctx, const rv_envelope *msg)
         int rc = rv_forward(ctx, dst, p + 8, n - 8u);
         if (rc == RV_ERR_K2K_FULL) return RV_STALL; /* no room now: offered again later */
         if (rc != RV_OK) return rv_reply_error(ctx, rc, dst);
+        return RV_OK;
+    }
+    if (op == RV_TEST_SPIN) {
+        volatile const uint32_t *never = &s->never_set;
+        while (*never == 0) {
+        }
         return RV_OK;
     }
     if (op == RV_TEST_CLOCKS) {

@@ -72,31 +72,42 @@ extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
     return rv_load_relaxed_dev_u32(&v->work_summary[index]);
 }
 
-/* Runs the slots marked in run-set word `word`; the caller holds the word's claim. The summary bit is cleared
- * before the word's bits are taken (a mark that lands after either is seen by a later pass), and a slot whose
- * step did not end quiet (messages left, a stall, an init, a drain, a wedge) is marked again, so it runs on the
- * next pass. `*replied` gets the slots (bit i = slot word * 32 + i) that published replies or events. */
-extern "C" uint32_t rv_cpu_run_marked(const rv_grid_view *v, uint32_t word, uint32_t budget, uint32_t *replied) {
-    uint32_t out = 0, rep = 0;
+/* Takes the marks of run-set word `word` (the caller holds the word's claim for this call only). The summary bit
+ * is cleared before the word's bits are taken, so a mark that lands after either is seen by a later pass. */
+extern "C" uint32_t rv_cpu_take_marked(const rv_grid_view *v, uint32_t word) {
     rv_fetch_and_u32(&v->work_summary[word >> 5], ~(1u << (word & 31u)));
     uint32_t bits = rv_exchange_u32(&v->work[word], 0);
-    rv_fence(); /* pairs with rv_cpu_mark_work's: the steps below see what a sender published before it looked */
-    while (bits != 0) {
-        uint32_t b = rv_ctz_u32(bits);
-        bits &= bits - 1;
-        uint32_t slot = word * 32u + b;
-        uint32_t r = rv_actor_step(v, slot, budget);
-        if (r & RV_STEP_REPLIED) rep |= 1u << b;
-        out |= r;
-        if (v->actors[slot].quiet == RV_QUIET_NO) rv_mark_work(v, slot);
+    rv_fence(); /* pairs with rv_cpu_mark_work's: the steps that follow see what a sender published before it looked */
+    return bits;
+}
+
+/* Runs `slot`'s step, its mark taken, unless another worker runs it now. One worker at a time runs a slot (its
+ * claim, claims[slot]); a worker stuck in the slot's behaviour holds that slot alone, never its neighbours (the
+ * other slots of its word are taken and run by whoever finds them marked). A worker that finds the slot claimed
+ * leaves `pending[slot]` set for the one that holds it, which runs the slot again when it lets go (both claim
+ * operations are read-modify-writes of one word, so either the second worker's claim succeeds or the holder's
+ * release reads from it and then sees `pending`). A step that did not end quiet (messages left, a stall, an init,
+ * a drain) marks the slot again, so it runs on the next pass. Returns the steps' results. */
+extern "C" uint32_t rv_cpu_run_slot(const rv_grid_view *v, uint32_t slot, uint32_t budget, uint32_t *claims,
+                                    uint32_t *pending) {
+    if (rv_exchange_u32(&claims[slot], 1) != 0) {
+        rv_exchange_u32(&pending[slot], 1);
+        if (rv_exchange_u32(&claims[slot], 1) != 0) return 0; /* the holder runs it again when it lets go */
     }
-    *replied = rep;
+    uint32_t out = 0;
+    for (;;) {
+        rv_exchange_u32(&pending[slot], 0);
+        out |= rv_actor_step(v, slot, budget);
+        if (v->actors[slot].quiet == RV_QUIET_NO) rv_mark_work(v, slot);
+        rv_exchange_u32(&claims[slot], 0);
+        if (rv_fetch_or_u32(&pending[slot], 0) == 0) break;
+        if (rv_exchange_u32(&claims[slot], 1) != 0) break; /* another worker took it over */
+    }
     return out;
 }
 
-/* Claims for the worker pool (block 0's, and one per run-set word): one worker runs a word's actor steps at a
- * time. Done here, in the instrumented code, so that ThreadSanitizer sees the happens-before edge between two
- * workers. */
+/* Claims for the worker pool (block 0's, and one per run-set word, held while a word's marks are taken). Done
+ * here, in the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */
 extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
 extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
 

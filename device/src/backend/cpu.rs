@@ -4,8 +4,9 @@
 //! per slot, set by whoever gives the slot work (the host's messages and faults, block 0's commands and
 //! requests, another actor's kernel-to-kernel send) and by a step that left work behind, and a summary bit per
 //! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks; a word is claimed by
-//! one worker at a time (the CPU analogue of a thread block), so a slot is never run by two workers at once and
-//! a busy word is never stuck behind a sleeping worker. An idle actor costs nothing: the cost of a pass grows
+//! one worker at a time while its marks are taken, and each slot's step by one worker at a time (a slot's
+//! claim), so a slot is never run by two workers at once, and a worker stuck in a behaviour that never returns
+//! holds that one slot: the other slots of its word run on the other workers. An idle actor costs nothing: the cost of a pass grows
 //! with the slots that have work, not with the slots that exist. There is no barrier between workers: a
 //! stalled actor only stops its own progress.
 //!
@@ -63,8 +64,12 @@ struct CpuShared {
     _local: HostRegion,
     _table: Box<[Option<BehaviourFn>]>,
     supervisor_claim: AtomicU32,
-    /// One claim per run-set word (32 slots).
+    /// One claim per run-set word (32 slots), held while its marks are taken.
     word_claims: Box<[AtomicU32]>,
+    /// One claim per slot, held while its step runs (a behaviour that never returns holds its slot alone), and
+    /// the marks left for a slot's holder (see `rv_cpu_run_slot`).
+    slot_claims: Box<[AtomicU32]>,
+    slot_pending: Box<[AtomicU32]>,
     summary_words: u32,
     config: CpuConfig,
     terminate: AtomicBool,
@@ -131,6 +136,8 @@ impl CpuExecutor {
             _table: table,
             supervisor_claim: AtomicU32::new(0),
             word_claims: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            slot_claims: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
+            slot_pending: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             summary_words,
             config: config.clone(),
             terminate: AtomicBool::new(false),
@@ -195,16 +202,35 @@ fn worker(s: &CpuShared, index: usize) {
                 if !claim(flag) {
                     continue;
                 }
-                let mut replied = 0u32;
-                // SAFETY: `word` is a run-set word of this grid (marked in the summary); the claim makes this the
-                // only runner of its slots.
-                let r = unsafe { ffi::rv_cpu_run_marked(view, word, s.config.budget, &mut replied) };
+                // SAFETY: `word` is a run-set word of this grid (marked in the summary).
+                let mut bits = unsafe { ffi::rv_cpu_take_marked(view, word) };
                 release(flag);
+                let mut replied = 0u32;
+                while bits != 0 {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    let slot = word * SLOTS_PER_WORD + b;
+                    // SAFETY: `slot` < slot_count (a marked bit of this grid's run set); both arrays have
+                    // slot_count atomic words, used by the C side only atomically; the slot's claim makes this
+                    // the only runner of its step.
+                    let r = unsafe {
+                        ffi::rv_cpu_run_slot(
+                            view,
+                            slot,
+                            s.config.budget,
+                            s.slot_claims.as_ptr() as *mut u32,
+                            s.slot_pending.as_ptr() as *mut u32,
+                        )
+                    };
+                    if r & RV_STEP_REPLIED != 0 {
+                        replied |= 1 << b;
+                    }
+                    progress |= r;
+                }
                 if replied != 0 {
                     s.dirty.mark_word(word * SLOTS_PER_WORD, replied);
                     publish = true;
                 }
-                progress |= r;
             }
         }
         start = (start + 1) % summary_words.max(1);
@@ -251,8 +277,10 @@ impl Executor for CpuExecutor {
         self.shared.terminate.store(true, Ordering::Release);
         self.shared.parker.wake();
         let threads = std::mem::take(&mut *lock(&self.threads));
+        // A worker stuck in a behaviour is abandoned after the wait: it holds an Arc of the regions it uses.
+        let deadline = std::time::Instant::now() + super::WORKER_EXIT_WAIT;
         for t in threads {
-            super::join_executor_thread(t);
+            super::join_executor_thread_by(t, deadline);
         }
     }
 
