@@ -137,7 +137,11 @@ RV_FN uint64_t rv_now_ns(void) {
 }
 /* The GPU's global timer never steps with the host's clock: the raw value is monotonic. */
 RV_FN uint64_t rv_now_monotonic_ns(void) { return rv_now_ns(); }
-RV_FN void rv_pause(uint32_t ns) { __nanosleep(ns); }
+/* __nanosleep sleeps at most about a millisecond: a longer pause is several. */
+RV_FN void rv_pause(uint32_t ns) {
+    for (; ns > 1000000u; ns -= 1000000u) __nanosleep(1000000u);
+    __nanosleep(ns);
+}
 RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)(__ffs((int)x) - 1); }
 #else
 /* The host build counts the system-scope (shared-region) accesses of each thread: on a GPU each is a PCIe

@@ -102,7 +102,11 @@ suite device_recovery 60
 suite otp_conformance 120 gpu:: --skip wgpu::
 RINGVISOR_CHAOS_SECS=10 suite chaos 90
 step demo-chaos 40 "$bin/ringvisor" demo --duration 10 --sensors 64
-# WebGPU on the GPU's Vulkan driver; a crash leaves a backtrace (cuda-gdb debugs host code too).
+# WebGPU on the GPU's Vulkan driver; a crash leaves a backtrace (cuda-gdb debugs host code too). A missing
+# adapter fails these steps (RINGVISOR_REQUIRE_WGPU): NVIDIA's ICD needs the GL vendor-neutral dispatch
+# libraries beside the loader (carry libvulkan1, libglvnd0, libegl1, libgl1, libglx0, libopengl0, libgles2, see
+# the device tool's README), or the tests skip and the benchmark finds no adapter.
+export RINGVISOR_REQUIRE_WGPU=1
 RINGVISOR_BACKEND=wgpu step wgpu-bench 50 "$bin/ringvisor-bench" --quick --only-wgpu
 RINGVISOR_BACKEND=wgpu step wgpu-lifecycle 60 "$bin/test-lifecycle" --test-threads=1 wgpu::
 if command -v cuda-gdb >/dev/null && grep -q 'rc=13[49]' <(grep wgpu-lifecycle "$summary"); then

@@ -102,16 +102,21 @@ pub struct CudaConfig {
 
 /// Smallest and largest automatic idle pause of an actor block.
 const IDLE_BACKOFF_MIN_NS: u64 = 8_192;
-const IDLE_BACKOFF_MAX_NS: u64 = 262_144;
-/// Automatic idle pause per block of the grid: the grid's idle sweeps then read mapped memory at most about
-/// `2 / IDLE_BACKOFF_PER_BLOCK_NS` times a second (two reads a sweep: the flags and one slot), whatever its size.
-const IDLE_BACKOFF_PER_BLOCK_NS: u64 = 64;
+const IDLE_BACKOFF_MAX_NS: u64 = 20_000_000;
+/// Automatic idle pause per mapped-memory read of one idle sweep of the whole grid (a block's flags, and each
+/// slot's `host_seq`): the grid's idle sweeps then read mapped memory about 400,000 times a second at most,
+/// whatever its size. Measured on an H200 (PCIe Gen5 x16): small reads of mapped memory by the GPU saturate at
+/// about 2.2 million a second; 2,049 blocks sweeping every 131 µs kept every such read waiting about 0.9 ms,
+/// block 0's included (230 steps a second, a burst of creates stalled: docs/benchmarks.md).
+const IDLE_BACKOFF_PER_READ_NS: u64 = 2_500;
 
-/// The idle pause of the actor blocks of a grid of `blocks` blocks: 8 µs for a small grid, growing with the
-/// grid (64 ns a block) up to 256 µs.
-pub fn auto_idle_backoff(blocks: u32) -> Duration {
-    let ns = (u64::from(blocks) * IDLE_BACKOFF_PER_BLOCK_NS).clamp(IDLE_BACKOFF_MIN_NS, IDLE_BACKOFF_MAX_NS);
-    Duration::from_nanos(ns)
+/// The idle pause of the actor blocks of a grid of `blocks` blocks over `slots` slots: 2.5 µs per mapped-memory
+/// read of one idle sweep of the grid (`blocks + slots`), at least 8 µs, at most 20 ms. A stopgap until idle
+/// actors wait on device memory alone (block 0 forwarding the host's doorbells): an idle actor of a large
+/// fleet wakes within milliseconds, not microseconds; set [`CudaConfig::idle_backoff`] to trade otherwise.
+pub fn auto_idle_backoff(blocks: u32, slots: u32) -> Duration {
+    let reads = u64::from(blocks) + u64::from(slots);
+    Duration::from_nanos((reads * IDLE_BACKOFF_PER_READ_NS).clamp(IDLE_BACKOFF_MIN_NS, IDLE_BACKOFF_MAX_NS))
 }
 
 impl Default for CudaConfig {
@@ -331,7 +336,7 @@ impl CudaExecutor {
         unsafe { std::ptr::write(shared_host.add(field) as *mut i64, offset) };
         tracing::debug!(offset_ns = offset, bracket_ns = width, "device clock calibrated");
 
-        let idle_backoff = config.idle_backoff.unwrap_or_else(|| auto_idle_backoff(grid));
+        let idle_backoff = config.idle_backoff.unwrap_or_else(|| auto_idle_backoff(grid, header.slot_count));
         let actor_backoff_ns = idle_backoff.as_nanos().min(u128::from(u32::MAX)) as u32;
         let iterations = match mode {
             CudaMode::Persistent => 0,
