@@ -35,7 +35,7 @@
 #define RV_ROUTED_DEVICE_SHIFT 24u
 #define RV_ROUTED_SLOT_MASK 0x00FFFFFFu
 #define RV_MAX_ROUTED_DEVICES 127u /* device 127 with the largest slot would be RV_HOST_ENDPOINT */
-#define RV_COMMANDS_PER_STEP 1024u /* most commands block 0 carries out in one step (it beats after each) */
+#define RV_COMMANDS_PER_STEP 64u /* most commands block 0 carries out in one step (it beats after each) */
 #define RV_IDLE_BEAT_NS 1000000ull /* an idle Active actor's heartbeat: at most once per millisecond */
 #define RV_QUIET_NO 0u             /* the next step is a full one */
 #define RV_QUIET_STOPPED 1u        /* idle and not running: nothing until host_seq or device_seq moves */

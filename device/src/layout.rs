@@ -37,7 +37,7 @@ pub const RV_ROUTED_SLOT_MASK: u32 = 0x00FF_FFFF;
 /// Devices a routed address can name (indices below this).
 pub const RV_MAX_ROUTED_DEVICES: u32 = 127;
 /// Most commands block 0 carries out in one step (its heartbeat moves after each).
-pub const RV_COMMANDS_PER_STEP: u32 = 1024;
+pub const RV_COMMANDS_PER_STEP: u32 = 64;
 /// The cmd_id bit of a restart block 0 carried out under the host's grant (slot in bits 32-62, the new
 /// generation in bits 0-31).
 pub const RV_GRANTED_CMD: u64 = 1 << 63;

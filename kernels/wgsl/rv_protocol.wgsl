@@ -1112,7 +1112,7 @@ fn rv_sv_attend(slot: u32) {
 
 const RV_EVENTS_PER_ATTEND: u32 = 3u;
 
-// Commands block 0 executes per dispatch here (RV_COMMANDS_PER_STEP, 1,024, elsewhere): one invocation runs them
+// Commands block 0 executes per dispatch here (RV_COMMANDS_PER_STEP, 64, elsewhere too): one invocation runs them
 // one after the other, so a long burst is spread over several dispatches instead of one long one (a GPU's
 // watchdog bounds a dispatch). On lavapipe (Mesa 22.3), a dispatch that executed more than about 110 creates
 // lost the supervisor records of a few of them (one in about 120; see docs/architecture.md, known limits).

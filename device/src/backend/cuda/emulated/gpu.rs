@@ -1,0 +1,44 @@
+//! The emulated GPU's properties: what the backend sees of it, and the cost model of its mapped memory.
+
+use std::time::Duration;
+
+/// The emulated GPU's properties.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulatedGpu {
+    /// The name the backend reports.
+    pub name: String,
+    /// Compute capability.
+    pub arch: (u32, u32),
+    /// Multiprocessors.
+    pub sms: u32,
+    /// Resident blocks per multiprocessor (what the occupancy query answers).
+    pub blocks_per_sm: u32,
+    /// The driver kills kernels after [`EXEC_TIMEOUT`] (a display GPU).
+    pub exec_timeout: bool,
+    /// Newest PTX ISA version the driver's JIT accepts.
+    pub max_ptx_version: (u32, u32),
+    /// The cost model of mapped memory: every system-scope access of a kernel thread (a load or store of the
+    /// shared region, a PCIe transaction on a GPU) waits this long. The default, 0.9 µs, is half the round trip
+    /// of a flag ping-ponged through mapped memory between the host and one GPU thread on an H200 (1.75 µs,
+    /// `docs/benchmarks.md`).
+    pub mapped_latency: Duration,
+}
+
+/// The default [`EmulatedGpu::mapped_latency`].
+pub const DEFAULT_MAPPED_LATENCY: Duration = Duration::from_nanos(900);
+
+impl Default for EmulatedGpu {
+    /// An sm_80 GPU with 2 multiprocessors of 4 resident blocks each (8 blocks: small enough for a 2-core CI
+    /// machine, large enough for two devices), a CUDA 12.4 driver's JIT (PTX 8.4).
+    fn default() -> Self {
+        Self {
+            name: "emulated GPU".into(),
+            arch: (8, 0),
+            sms: 2,
+            blocks_per_sm: 4,
+            exec_timeout: false,
+            max_ptx_version: (8, 4),
+            mapped_latency: DEFAULT_MAPPED_LATENCY,
+        }
+    }
+}
