@@ -260,7 +260,7 @@ async fn a_burst_of_failures_escalates_exactly_when_otp_would_and_grants_never_e
     while !escalated {
         match tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events") {
             TreeEvent::Restarting { supervisor, .. } if supervisor == "burst" => restarts += 1,
-            TreeEvent::IntensityReached { supervisor } if supervisor == "burst" => escalated = true,
+            TreeEvent::IntensityReached { supervisor, .. } if supervisor == "burst" => escalated = true,
             _ => {}
         }
     }
@@ -306,7 +306,7 @@ async fn a_grant_withdrawn_when_the_budget_is_spent_is_not_used() {
     g.send(&fail_msg()).unwrap();
     loop {
         match tokio::time::timeout(T, events.recv()).await.expect("tree event").expect("events") {
-            TreeEvent::IntensityReached { supervisor } if supervisor == "inner" => break,
+            TreeEvent::IntensityReached { supervisor, .. } if supervisor == "inner" => break,
             TreeEvent::Restarting { child, .. } if child == "g" => panic!("g restarted past the budget"),
             _ => {}
         }

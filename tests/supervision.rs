@@ -407,8 +407,11 @@ async fn a_root_that_gives_up_ends_the_runtime_and_wait_says_why() {
         }
     }
     let end = tokio::time::timeout(T, rt.wait()).await.expect("the runtime ends");
-    assert_eq!(end, RuntimeEnd::RootEnded { gave_up: true, reason: ExitReason::Shutdown });
-    assert!(end.to_string().contains("gave up"), "{end}");
+    assert!(
+        matches!(&end, RuntimeEnd::RootEnded { gave_up: true, reason: ExitReason::Shutdown, child: Some(c) } if c == "c"),
+        "{end}"
+    );
+    assert!(end.to_string().contains("gave up") && end.to_string().contains("by child `c`"), "{end}");
     assert!(!rt.is_running());
     assert_eq!(rt.wait().await, end, "asking again gives the same answer at once");
     assert!(matches!(handle.send(&1i64.to_le_bytes()), Err(SendError::Gone { .. })));

@@ -81,8 +81,18 @@ fn a_kernel_that_cannot_pause_fails_a_second_open_clearly_and_keeps_running() {
     slow_init.extend_from_slice(&0x574F_4C53u32.to_le_bytes()); // RV_TEST_SLOW_INIT
     slow_init.extend_from_slice(&8_000_000_000u64.to_le_bytes());
     let init = first.create(0, "test", &slow_init).unwrap();
-    std::thread::sleep(Duration::from_millis(200)); // the init is running on its block
-    let err = open_on(&gpu, 2, |c| c).unwrap_err();
+    eventually("block 0 to prepare the creation", || first.snapshot(0).unwrap().state == SlotState::Initializing);
+    // Until the init is running on its block the first kernel still pauses, and a second open succeeds: try
+    // again until one meets the busy block (the init runs for 8 s).
+    let tries_until = std::time::Instant::now() + Duration::from_secs(6);
+    let err = loop {
+        match open_on(&gpu, 2, |c| c) {
+            Ok(second) => drop(second),
+            Err(e) => break e,
+        }
+        assert!(std::time::Instant::now() < tries_until, "the init never held its block");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(err.to_string().contains("did not pause"), "{err}");
     assert_eq!(gpu.violations(), Vec::<String>::new());
     init.wait_blocking(Duration::from_secs(30)).unwrap();

@@ -74,12 +74,13 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
         }
     }
     for needle in [
-        "rv_copy_envelope(&copy, rv_inbox_cell(",
+        // what the host wrote is read with volatile 16-byte loads (never a cache line of the cell's last lap)
+        "rv_copy16_from_host(&copy, rv_inbox_cell(",
         "rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, publish), &ctx->reply)",
         // a routed send, built on the stack, goes into the outbox whole
         "rv_copy_envelope(rv_outbox_cell(g, ctx->slot, tail), &e)",
         "rv_copy16(&g->events[",
-        "rv_copy16(&cmd, &g->commands[",
+        "rv_copy16_from_host(&cmd, &g->commands[",
         // large payloads go into the bulk areas 16 bytes at a time too
         "rv_copy_to_bulk(g->outbox_bulk + ",
         "rv_copy_to_bulk(g->k2k_bulk + ",

@@ -474,7 +474,7 @@ async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
         _ => println!("the tree ended: {end}"),
     }
     match end {
-        RuntimeEnd::RootEnded { gave_up: false, reason: ExitReason::Normal | ExitReason::Shutdown } => {
+        RuntimeEnd::RootEnded { gave_up: false, reason: ExitReason::Normal | ExitReason::Shutdown, .. } => {
             ExitCode::SUCCESS
         }
         _ => ExitCode::FAILURE,

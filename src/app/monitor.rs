@@ -397,7 +397,9 @@ pub fn describe_event(e: &TreeEvent) -> String {
         TreeEvent::DeviceMoved { child, from, to } => {
             format!("{child}: device {} lost (slot {}), moved to device {} slot {}", from.0, from.1, to.0, to.1)
         }
-        TreeEvent::IntensityReached { supervisor } => format!("{supervisor}: restart intensity reached, escalating"),
+        TreeEvent::IntensityReached { supervisor, child } => {
+            format!("{supervisor}: restart intensity reached by {child}, escalating")
+        }
         TreeEvent::AutoShutdown { supervisor } => format!("{supervisor}: auto shutdown"),
         TreeEvent::SupervisorStopped { supervisor, reason, .. } => format!("{supervisor}: stopped ({reason})"),
     }

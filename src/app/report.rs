@@ -92,7 +92,7 @@ pub fn event_json(e: &TreeEvent) -> Value {
         TreeEvent::Restarting { supervisor, child } => ("restarting", Some(supervisor), Some(child)),
         TreeEvent::SlotQuarantined { child, .. } => ("slot_quarantined", None, Some(child)),
         TreeEvent::DeviceMoved { child, .. } => ("device_moved", None, Some(child)),
-        TreeEvent::IntensityReached { supervisor } => ("intensity_reached", Some(supervisor), None),
+        TreeEvent::IntensityReached { supervisor, child } => ("intensity_reached", Some(supervisor), Some(child)),
         TreeEvent::AutoShutdown { supervisor } => ("auto_shutdown", Some(supervisor), None),
         TreeEvent::SupervisorStopped { supervisor, .. } => ("supervisor_stopped", Some(supervisor), None),
     };

@@ -20,6 +20,9 @@ pub enum RuntimeEnd {
         gave_up: bool,
         /// Its exit reason.
         reason: ExitReason,
+        /// When it gave up: its child whose restart exceeded the intensity (a nested supervisor's id when the
+        /// failures escalated from below: its own `TreeEvent::IntensityReached` names the child there).
+        child: Option<String>,
     },
     /// The device failed (lost, or too many quarantined slots) more often than
     /// [`RuntimeBuilder::device_restarts`](crate::RuntimeBuilder::device_restarts) allows.
@@ -30,10 +33,14 @@ impl fmt::Display for RuntimeEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RuntimeEnd::Shutdown => write!(f, "shut down"),
-            RuntimeEnd::RootEnded { gave_up: true, reason } => {
-                write!(f, "the root supervisor gave up (restart intensity reached) and exited: {reason}")
+            RuntimeEnd::RootEnded { gave_up: true, reason, child } => {
+                write!(f, "the root supervisor gave up (restart intensity reached")?;
+                if let Some(child) = child {
+                    write!(f, " by child `{child}`")?;
+                }
+                write!(f, ") and exited: {reason}")
             }
-            RuntimeEnd::RootEnded { gave_up: false, reason } => write!(f, "the root supervisor exited: {reason}"),
+            RuntimeEnd::RootEnded { gave_up: false, reason, .. } => write!(f, "the root supervisor exited: {reason}"),
             RuntimeEnd::DeviceGaveUp => write!(f, "the device failed more often than its restart limit allows"),
         }
     }
@@ -43,6 +50,8 @@ impl fmt::Display for RuntimeEnd {
 struct Fold {
     root_id: String,
     root_gave_up: bool,
+    /// The root's child named by the root's `IntensityReached`.
+    root_failing_child: Option<String>,
     root_exit: Option<ExitReason>,
     top_gave_up: bool,
     top_auto_shutdown: bool,
@@ -50,19 +59,30 @@ struct Fold {
 
 impl Fold {
     fn new(root_id: String) -> Self {
-        Self { root_id, root_gave_up: false, root_exit: None, top_gave_up: false, top_auto_shutdown: false }
+        Self {
+            root_id,
+            root_gave_up: false,
+            root_failing_child: None,
+            root_exit: None,
+            top_gave_up: false,
+            top_auto_shutdown: false,
+        }
     }
 
     /// Takes one event; the end once the top supervisor has stopped.
     fn step(&mut self, event: TreeEvent) -> Option<RuntimeEnd> {
         match event {
-            TreeEvent::IntensityReached { supervisor } if supervisor == TOP_SUPERVISOR => self.top_gave_up = true,
-            TreeEvent::IntensityReached { supervisor } if supervisor == self.root_id => self.root_gave_up = true,
+            TreeEvent::IntensityReached { supervisor, .. } if supervisor == TOP_SUPERVISOR => self.top_gave_up = true,
+            TreeEvent::IntensityReached { supervisor, child } if supervisor == self.root_id => {
+                self.root_gave_up = true;
+                self.root_failing_child = Some(child);
+            }
             // A new incarnation of the root (after a device restart) starts with a clean record.
             TreeEvent::ChildStarted { supervisor, child, .. }
                 if supervisor == TOP_SUPERVISOR && child == self.root_id =>
             {
                 self.root_gave_up = false;
+                self.root_failing_child = None;
                 self.root_exit = None;
             }
             TreeEvent::ChildExited { supervisor, child, reason, .. }
@@ -84,7 +104,7 @@ impl Fold {
             RuntimeEnd::DeviceGaveUp
         } else if self.top_auto_shutdown {
             let reason = self.root_exit.clone().unwrap_or(ExitReason::Normal);
-            RuntimeEnd::RootEnded { gave_up: self.root_gave_up, reason }
+            RuntimeEnd::RootEnded { gave_up: self.root_gave_up, reason, child: self.root_failing_child.clone() }
         } else {
             RuntimeEnd::Shutdown
         }
@@ -148,15 +168,20 @@ mod tests {
         };
         assert_eq!(run(vec![exited("root", ExitReason::Shutdown), stopped()]), Some(RuntimeEnd::Shutdown));
         let gave_up = vec![
-            TreeEvent::IntensityReached { supervisor: "root".into() },
+            TreeEvent::IntensityReached { supervisor: "root".into(), child: "worker".into() },
             exited("root", ExitReason::Shutdown),
             TreeEvent::AutoShutdown { supervisor: TOP_SUPERVISOR.into() },
             stopped(),
         ];
-        assert_eq!(run(gave_up), Some(RuntimeEnd::RootEnded { gave_up: true, reason: ExitReason::Shutdown }));
-        let device = vec![TreeEvent::IntensityReached { supervisor: TOP_SUPERVISOR.into() }, stopped()];
+        let end = run(gave_up).expect("an end");
+        let child = Some("worker".to_string());
+        assert_eq!(end, RuntimeEnd::RootEnded { gave_up: true, reason: ExitReason::Shutdown, child });
+        assert!(end.to_string().contains("by child `worker`"), "{end}");
+        let reached =
+            |supervisor: &str| TreeEvent::IntensityReached { supervisor: supervisor.into(), child: "c".into() };
+        let device = vec![reached(TOP_SUPERVISOR), stopped()];
         assert_eq!(run(device), Some(RuntimeEnd::DeviceGaveUp));
-        let nested = vec![TreeEvent::IntensityReached { supervisor: "pool".into() }, stopped()];
+        let nested = vec![reached("pool"), stopped()];
         assert_eq!(run(nested), Some(RuntimeEnd::Shutdown), "a nested supervisor's escalation is not the end");
         assert_eq!(run(vec![exited("root", ExitReason::Normal)]), None, "not over before the top stops");
     }

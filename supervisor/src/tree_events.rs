@@ -79,6 +79,8 @@ pub enum TreeEvent {
     IntensityReached {
         /// The supervisor's id.
         supervisor: String,
+        /// The child whose restart exceeded it (its last exit is the `ChildExited` before this event).
+        child: String,
     },
     /// A supervisor is shutting down because significant children ended.
     AutoShutdown {

@@ -35,16 +35,17 @@ typedef struct ma_reply {
 RV_BEHAVIOUR_FN int moving_average(rv_actor_ctx *ctx, const rv_envelope *msg) {
     ma_state *s = (ma_state *)rv_state(ctx);
     if (msg->kind == RV_KIND_INIT) {
-        if (msg->payload_len != sizeof(ma_init)) return RV_ERR_USER_BASE + 1; /* bad init: creation fails */
+        if (rv_payload_len(ctx, msg) != sizeof(ma_init)) return RV_ERR_USER_BASE + 1; /* bad init: creation fails */
         ma_init init;
-        rv_copy_bytes(&init, msg->payload, sizeof(init));
+        rv_copy_bytes(&init, rv_payload(ctx, msg), sizeof(init));
         s->aggregator = init.aggregator;
         s->threshold = init.threshold;
         return RV_OK;
     }
-    if (msg->payload_len != sizeof(double)) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
+    uint32_t len = rv_payload_len(ctx, msg);
+    if (len != sizeof(double)) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, len);
     double x;
-    rv_copy_bytes(&x, msg->payload, sizeof(x));
+    rv_copy_bytes(&x, rv_payload(ctx, msg), sizeof(x));
     uint32_t anomaly = 0;
     if (s->count >= 8) {
         double variance = s->m2 / (double)(s->count - 1);

@@ -77,9 +77,9 @@ RV_BEHAVIOUR_FN int token_bucket(rv_actor_ctx *ctx, const rv_envelope *msg) {
     if (rv_state_bytes(ctx) < sizeof(tb_state)) return TB_ERR_BAD_INIT;
     uint64_t now = rv_monotonic_ns(ctx); /* durations: a clock that never steps */
     if (msg->kind == RV_KIND_INIT) {
-        if (msg->payload_len != sizeof(tb_init)) return TB_ERR_BAD_INIT;
+        if (rv_payload_len(ctx, msg) != sizeof(tb_init)) return TB_ERR_BAD_INIT;
         tb_init init;
-        rv_copy_bytes(&init, msg->payload, sizeof(init));
+        rv_copy_bytes(&init, rv_payload(ctx, msg), sizeof(init));
         s->client = init.client;
         s->capacity = init.capacity;
         s->refill_per_sec = init.refill_per_sec;
@@ -87,9 +87,10 @@ RV_BEHAVIOUR_FN int token_bucket(rv_actor_ctx *ctx, const rv_envelope *msg) {
         s->last_ns = now;
         return RV_OK;
     }
-    if (msg->payload_len != sizeof(tb_request)) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, msg->payload_len);
+    uint32_t len = rv_payload_len(ctx, msg);
+    if (len != sizeof(tb_request)) return rv_reply_error(ctx, RV_ERR_BAD_ENVELOPE, len);
     tb_request req;
-    rv_copy_bytes(&req, msg->payload, sizeof(req));
+    rv_copy_bytes(&req, rv_payload(ctx, msg), sizeof(req));
     if (req.op == TB_OP_LAYOUT) return tb_layout_reply(ctx);
     if (req.op != TB_OP_TAKE) return rv_reply_error(ctx, TB_ERR_BAD_OP, req.op);
     /* Refill for the time since the last request. */

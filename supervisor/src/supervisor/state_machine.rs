@@ -368,7 +368,7 @@ impl SupervisorState {
         if !self.intensity.add_restart(Instant::now()) {
             tracing::error!(supervisor = %self.id, child = %id, "restart intensity reached: shutting down");
             metrics::counter!("ringvisor_escalations_total", "supervisor" => self.id.clone()).increment(1);
-            self.emit(TreeEvent::IntensityReached { supervisor: self.id.clone() });
+            self.emit(TreeEvent::IntensityReached { supervisor: self.id.clone(), child: id.clone() });
             return self.shutdown(myself);
         }
         // The budget just shrank: no more grants than it allows, before anything else can fail.
