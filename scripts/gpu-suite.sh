@@ -100,7 +100,7 @@ for t in api bad_input device_faults fuzz_boundary sensor; do device_suite "$t" 
 suite multi_device 90
 suite device_recovery 60
 suite otp_conformance 120 gpu:: --skip wgpu::
-RINGVISOR_CHAOS_SECS=10 suite chaos 90
+RINGVISOR_CHAOS_SECS=5 suite chaos 120
 step demo-chaos 40 "$bin/ringvisor" demo --duration 10 --sensors 64
 # WebGPU on the GPU's Vulkan driver; a crash leaves a backtrace (cuda-gdb debugs host code too). A missing
 # adapter fails these steps (RINGVISOR_REQUIRE_WGPU): NVIDIA's ICD needs the GL vendor-neutral dispatch
