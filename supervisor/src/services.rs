@@ -281,9 +281,13 @@ impl Services {
             let usable = Some(s.index) != except && s.device.health() != DeviceHealth::Lost;
             usable.then(|| s.pool.free_count()).filter(|&n| n > 0)
         };
-        let none_free = || match except {
-            Some(i) => format!("no free slot on any of the {} but device {i}", plural_devices(count)),
-            None => format!("no free slot on any of the {}", plural_devices(count)),
+        let none_free = || {
+            let fix = "give the device more slots (`DeviceConfig::slots`; the command's `--slots`) or start fewer GPU \
+                       children";
+            match except {
+                Some(i) => format!("no free slot on any device but device {i} ({}): {fix}", plural_devices(count)),
+                None => format!("no free slot on any device ({}): {fix}", plural_devices(count)),
+            }
         };
         match placement {
             Placement::Device(index) => self
