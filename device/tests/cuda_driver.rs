@@ -243,18 +243,19 @@ fn the_floor_probe_pays_the_mapped_latency_and_leaves_nothing_behind() {
     all_released(&gpu);
 }
 
-/// The actor blocks' automatic idle pause keeps an idle grid's mapped-memory reads under about 400,000 a second
-/// (an H200 saturated at about 2.2 million small reads a second, and block 0 starved behind them): 2.5 µs per
-/// read of one idle sweep (a block's flags, each slot's `host_seq`), within 8 µs and 20 ms.
+/// The actor blocks' automatic idle pause keeps a large idle grid's mapped-memory reads under about 400,000 a
+/// second (an H200 saturated at about 2.2 million small reads a second, and block 0 starved behind them): 2.5 µs
+/// per read of one idle sweep (a block's flags, each slot's `host_seq`) past the first 16, within 8 µs and 20 ms.
+/// A small device keeps the 8 µs its round trips were measured with.
 #[test]
 fn the_idle_pause_grows_with_the_grid_within_its_bounds() {
     let pause = |blocks, slots| cuda_auto_idle_backoff(blocks, slots).as_nanos() as u64;
     assert_eq!(pause(2, 1), 8_192, "a tiny grid pauses 8 µs");
-    assert_eq!(pause(5, 4), 22_500);
-    assert_eq!(pause(2_049, 2_048), 10_242_500, "the fleet that stalled an H200");
+    assert_eq!(pause(5, 4), 8_192, "so does the 4-slot device of the round-trip benchmark");
+    assert_eq!(pause(2_049, 2_048), 10_202_500, "the fleet that stalled an H200");
     assert_eq!(pause(2_641, 100_000), 20_000_000, "at most 20 ms");
-    for (blocks, slots) in [(5, 4), (257, 256), (2_049, 2_048)] {
+    for (blocks, slots) in [(257, 256), (2_049, 2_048)] {
         let reads_per_second = (blocks + slots) as f64 / (pause(blocks, slots) as f64 / 1e9);
-        assert!(reads_per_second <= 400_000.0, "{blocks} blocks, {slots} slots: {reads_per_second} reads/s");
+        assert!(reads_per_second <= 420_000.0, "{blocks} blocks, {slots} slots: {reads_per_second} reads/s");
     }
 }

@@ -104,18 +104,23 @@ pub struct CudaConfig {
 const IDLE_BACKOFF_MIN_NS: u64 = 8_192;
 const IDLE_BACKOFF_MAX_NS: u64 = 20_000_000;
 /// Automatic idle pause per mapped-memory read of one idle sweep of the whole grid (a block's flags, and each
-/// slot's `host_seq`): the grid's idle sweeps then read mapped memory about 400,000 times a second at most,
-/// whatever its size. Measured on an H200 (PCIe Gen5 x16): small reads of mapped memory by the GPU saturate at
-/// about 2.2 million a second; 2,049 blocks sweeping every 131 µs kept every such read waiting about 0.9 ms,
-/// block 0's included (230 steps a second, a burst of creates stalled: docs/benchmarks.md).
+/// slot's `host_seq`) past the first [`IDLE_READS_FREE`]: a large grid's idle sweeps then read mapped memory
+/// about 400,000 times a second at most, whatever its size. Measured on an H200 (PCIe Gen5 x16): small reads of
+/// mapped memory by the GPU saturate at about 2.2 million a second; 2,049 blocks sweeping every 131 µs kept
+/// every such read waiting about 0.9 ms, block 0's included (230 steps a second, a burst of creates stalled:
+/// docs/benchmarks.md).
 const IDLE_BACKOFF_PER_READ_NS: u64 = 2_500;
+/// Reads per idle sweep a grid may make at the smallest pause (a small device keeps the 8 µs it was measured
+/// with: at most 2 million reads a second, the rate its round trips were measured at).
+const IDLE_READS_FREE: u64 = 16;
 
 /// The idle pause of the actor blocks of a grid of `blocks` blocks over `slots` slots: 2.5 µs per mapped-memory
-/// read of one idle sweep of the grid (`blocks + slots`), at least 8 µs, at most 20 ms. A stopgap until idle
-/// actors wait on device memory alone (block 0 forwarding the host's doorbells): an idle actor of a large
-/// fleet wakes within milliseconds, not microseconds; set [`CudaConfig::idle_backoff`] to trade otherwise.
+/// read of one idle sweep of the grid (`blocks + slots`) past the first 16, at least 8 µs, at most 20 ms. A
+/// stopgap until idle actors wait on device memory alone (block 0 forwarding the host's doorbells): an idle
+/// actor of a large fleet wakes within milliseconds, not microseconds; set [`CudaConfig::idle_backoff`] to
+/// trade otherwise.
 pub fn auto_idle_backoff(blocks: u32, slots: u32) -> Duration {
-    let reads = u64::from(blocks) + u64::from(slots);
+    let reads = (u64::from(blocks) + u64::from(slots)).saturating_sub(IDLE_READS_FREE);
     Duration::from_nanos((reads * IDLE_BACKOFF_PER_READ_NS).clamp(IDLE_BACKOFF_MIN_NS, IDLE_BACKOFF_MAX_NS))
 }
 
