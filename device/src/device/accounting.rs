@@ -191,6 +191,13 @@ impl DeviceInner {
                         _ => self.grid.inbox_head(event.slot),
                     };
                     self.hand_back_incarnation(&mut host, &event, cutoff, &mut undelivered);
+                    if !event.by_grant() {
+                        // an incarnation the host started: a restart by grant still announced is about an older
+                        // one, which no one will take over any more
+                        if let Some((cmd_id, _)) = host.granted.take() {
+                            lock(&self.commands).remove(&cmd_id);
+                        }
+                    }
                     host.generation = event.generation;
                     host.poison_reported = None;
                     host.failed_tail = None;
