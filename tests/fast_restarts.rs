@@ -403,13 +403,3 @@ async fn every_storm_gives_up(device: impl Fn() -> DeviceConfig) {
 async fn every_crash_of_an_unpaced_storm_counts_and_the_supervisor_gives_up_every_time() {
     every_storm_gives_up(config).await;
 }
-
-/// The same on the CUDA backend over the emulated driver (block 0 on a thread of its own, mapped memory costed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_crash_of_an_unpaced_storm_counts_on_the_emulated_gpu_too() {
-    every_storm_gives_up(|| {
-        let gpu = EmulatedDriver::new(EmulatedGpu::default());
-        config().backend(Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(gpu), ..CudaConfig::default() }))
-    })
-    .await;
-}
