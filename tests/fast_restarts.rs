@@ -10,10 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{
-    Backend, CudaConfig, CudaDriver, DeviceConfig, EmulatedDriver, EmulatedGpu, EventKind, SlotEvent, SlotFault,
-    SlotState, UndeliveredReason,
-};
+use ringvisor::device::{DeviceConfig, EventKind, SlotEvent, SlotFault, SlotState, UndeliveredReason};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
 use tokio::sync::mpsc::UnboundedReceiver;
