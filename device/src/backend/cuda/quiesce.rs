@@ -86,11 +86,11 @@ impl Control {
         if *phase == Phase::Ended {
             return true;
         }
-        if !self.grid.request_pause() {
-            return true; // terminating: it leaves for good by itself
+        // Asked to leave for good already: nothing to pause, but wait until it has left like a pause would.
+        if self.grid.request_pause() {
+            *phase = Phase::Pausing;
         }
-        *phase = Phase::Pausing;
-        while *phase == Phase::Pausing {
+        while matches!(*phase, Phase::Pausing | Phase::Running) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
