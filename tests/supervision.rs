@@ -499,3 +499,21 @@ async fn a_handle_calls_with_rkyv_archives_validated_on_decode() {
     assert!(matches!(err, SendError::Device(ringvisor::device::DeviceError::Codec(_))), "{err}");
     rt.shutdown().await;
 }
+
+/// One task waits for the runtime's end while another stops it, the runtime shared between them: the waiter
+/// hears `Shutdown`, the tree and its device are stopped, and a second stop does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_waited_on_in_one_task_is_stopped_from_another() {
+    let spec = SupervisorSpec::new(Strategy::OneForOne).child(counter("c"));
+    let rt = std::sync::Arc::new(Runtime::start(config(), spec).await.unwrap());
+    let waiter = {
+        let rt = rt.clone();
+        tokio::spawn(async move { rt.wait().await })
+    };
+    rt.stop().await;
+    let end = tokio::time::timeout(T, waiter).await.expect("the waiter hears the end").unwrap();
+    assert_eq!(end, RuntimeEnd::Shutdown);
+    assert!(!rt.is_running());
+    assert!(rt.device().kill(0).is_err(), "the device is shut down");
+    rt.stop().await;
+}

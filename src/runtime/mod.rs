@@ -248,10 +248,18 @@ impl Runtime {
         known.unwrap_or(RuntimeEnd::Shutdown)
     }
 
-    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the devices.
-    pub async fn shutdown(self) {
+    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the devices: what
+    /// [`Runtime::shutdown`] does, from a shared reference, so that one task can stop a runtime another task
+    /// waits on (`Arc<Runtime>`: the waiter's [`Runtime::wait`] then returns [`RuntimeEnd::Shutdown`]).
+    /// Stopping a runtime already stopped does nothing.
+    pub async fn stop(&self) {
         self.top.shutdown().await;
         self.services.devices().iter().for_each(Device::shutdown);
+    }
+
+    /// Stops the tree (children in reverse start order, shutdown specs honoured), then the devices.
+    pub async fn shutdown(self) {
+        self.stop().await;
     }
 }
 
