@@ -43,12 +43,22 @@ impl Device {
 
     /// The restart block 0 carries out in `slot` under a grant, announced by the last Failed event the host
     /// read, as a command to wait for (its outcome: `Restarted`, or `CreateFailed` if the init failed).
-    /// `None` if the last failure was not followed by one, or it was taken already.
+    /// `None` if the last failure was not followed by one, or it was taken already, or it no longer concerns the
+    /// slot's current incarnation (the slot has moved past it, or the incarnation it started was killed since):
+    /// a new child given the slot never takes over an old child's restart.
     pub fn take_granted_restart(&self, slot: u32) -> Option<PendingCommand> {
         if slot >= self.slot_count() {
             return None;
         }
-        let (cmd_id, completion) = lock(&self.inner.slots[slot as usize]).granted.take()?;
+        let mut host = lock(&self.inner.slots[slot as usize]);
+        let (cmd_id, completion) = host.granted.take()?;
+        let restarted = cmd_id as u32; // the generation the restart creates (see `granted_cmd_id`)
+        let current = host.generation == restarted.wrapping_sub(1)
+            || (host.generation == restarted && !matches!(host.state, SlotState::Terminated | SlotState::Dormant));
+        if !current {
+            lock(&self.inner.commands).remove(&cmd_id);
+            return None;
+        }
         Some(PendingCommand::new(cmd_id, slot, completion, Arc::downgrade(&self.inner)))
     }
 
