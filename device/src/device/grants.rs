@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::accounting::SlotHost;
 use super::commands::PendingCommand;
 use super::Device;
 use crate::codes::SlotState;
@@ -51,19 +52,31 @@ impl Device {
             return None;
         }
         let mut host = lock(&self.inner.slots[slot as usize]);
+        self.drop_stale_grant(&mut host);
         let (cmd_id, completion) = host.granted.take()?;
-        let restarted = cmd_id as u32; // the generation the restart creates (see `granted_cmd_id`)
-        let current = host.generation == restarted.wrapping_sub(1)
-            || (host.generation == restarted && !matches!(host.state, SlotState::Terminated | SlotState::Dormant));
-        if !current {
-            lock(&self.inner.commands).remove(&cmd_id);
-            return None;
-        }
         Some(PendingCommand::new(cmd_id, slot, completion, Arc::downgrade(&self.inner)))
     }
 
-    /// Whether a restart under a grant was announced in `slot` and not yet taken.
+    /// Whether a restart under a grant was announced in `slot`, not yet taken, and about its current incarnation.
     pub fn has_granted_restart(&self, slot: u32) -> bool {
-        slot < self.slot_count() && lock(&self.inner.slots[slot as usize]).granted.is_some()
+        if slot >= self.slot_count() {
+            return false;
+        }
+        let mut host = lock(&self.inner.slots[slot as usize]);
+        self.drop_stale_grant(&mut host);
+        host.granted.is_some()
+    }
+
+    /// Drops an announced restart by grant that no longer concerns the slot's current incarnation.
+    fn drop_stale_grant(&self, host: &mut SlotHost) {
+        let Some((cmd_id, _)) = &host.granted else { return };
+        let restarted = *cmd_id as u32; // the generation the restart creates (see `granted_cmd_id`)
+        let current = host.generation == restarted.wrapping_sub(1)
+            || (host.generation == restarted && !matches!(host.state, SlotState::Terminated | SlotState::Dormant));
+        if !current {
+            if let Some((cmd_id, _)) = host.granted.take() {
+                lock(&self.inner.commands).remove(&cmd_id);
+            }
+        }
     }
 }
