@@ -174,6 +174,13 @@ impl DeviceInner {
         }
     }
 
+    /// Drops the restart by grant announced in `host`, if any, with its waiter.
+    pub(super) fn forget_granted_restart(&self, host: &mut SlotHost) {
+        if let Some((cmd_id, _)) = host.granted.take() {
+            lock(&self.commands).remove(&cmd_id);
+        }
+    }
+
     pub(super) fn apply_event(&self, raw: &RawEvent) {
         self.counters.events.fetch_add(1, Ordering::Relaxed);
         let event = DeviceEvent::from_raw(raw);
@@ -194,9 +201,7 @@ impl DeviceInner {
                     if !event.by_grant() {
                         // an incarnation the host started: a restart by grant still announced is about an older
                         // one, which no one will take over any more
-                        if let Some((cmd_id, _)) = host.granted.take() {
-                            lock(&self.commands).remove(&cmd_id);
-                        }
+                        self.forget_granted_restart(&mut host);
                     }
                     host.generation = event.generation;
                     host.poison_reported = None;

@@ -74,9 +74,7 @@ impl Device {
         let current = host.generation == restarted.wrapping_sub(1)
             || (host.generation == restarted && !matches!(host.state, SlotState::Terminated | SlotState::Dormant));
         if !current {
-            if let Some((cmd_id, _)) = host.granted.take() {
-                lock(&self.inner.commands).remove(&cmd_id);
-            }
+            self.inner.forget_granted_restart(host);
         }
     }
 }
