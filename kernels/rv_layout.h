@@ -80,7 +80,8 @@
 #define RV_KIND_ERROR 5u /* device -> host: the message was rejected; payload is an rv_error_payload */
 #define RV_KIND_VOID 6u  /* a kernel-to-kernel cell whose send was aborted: skipped by the consumer */
 #define RV_KIND_STATE 7u /* host -> actor: answered with a copy of the state region, taken at a message boundary
-                          * in order with the slot's other messages; the behaviour does not run */
+                          * in order with the slot's other messages; the behaviour does not run. An inline u32
+                          * payload N asks for the region's first N bytes only (rv_state_read_len) */
 #define RV_FLAG_NO_REPLY 1u
 /* The payload (over RV_PAYLOAD_BYTES) lies in a bulk area: the envelope's payload is an rv_bulk_ref to it. */
 #define RV_FLAG_BULK 2u

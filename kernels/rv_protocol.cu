@@ -621,6 +621,15 @@ RV_FN int rv_envelope_valid(const rv_grid_view *g, const rv_envelope *e, uint32_
     return !(e->flags & RV_FLAG_BULK) || rv_bulk_at(g, g->inbox_bulk, slot, e) != 0;
 }
 
+/* The bytes a state read asks for: the state region's first N bytes when its inline payload is a u32 N (the
+ * behaviour's declared state size), capped at the region; the whole region when the payload is empty. */
+RV_FN uint32_t rv_state_read_len(const rv_grid_view *g, const rv_envelope *msg) {
+    if (msg->payload_len < 4 || (msg->flags & RV_FLAG_BULK)) return g->state_bytes;
+    uint32_t wanted = (uint32_t)msg->payload[0] | ((uint32_t)msg->payload[1] << 8) |
+                      ((uint32_t)msg->payload[2] << 16) | ((uint32_t)msg->payload[3] << 24);
+    return wanted < g->state_bytes ? wanted : g->state_bytes;
+}
+
 /* The next message of a step: its context, and the actor's clock merged with the message's. */
 RV_FN void rv_ctx_next(rv_actor_ctx *ctx, const rv_envelope *msg, uint64_t now) {
     ctx->msg = msg;
@@ -809,9 +818,10 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         if (msg->kind == RV_KIND_STATE) {
             /* A copy of the state between two messages, answered in order; not counted as processed. A state
              * larger than a reply may carry is answered with RV_ERR_PAYLOAD_TOO_LARGE. */
-            int rc = rv_stage_reply(&ctx, RV_KIND_REPLY, rv_state_region(g, slot), g->state_bytes);
+            uint32_t len = rv_state_read_len(g, msg);
+            int rc = rv_stage_reply(&ctx, RV_KIND_REPLY, rv_state_region(g, slot), len);
             if (rc == RV_ERR_OUTBOX_FULL) break; /* offered again once the host has read earlier replies */
-            if (rc != RV_OK) rv_reply_error(&ctx, rc, g->state_bytes);
+            if (rc != RV_OK) rv_reply_error(&ctx, rc, len);
             head += 1;
             rv_store_release_u32(&cb->inbox_head, head);
             out |= rv_finish_message(&ctx, 1);

@@ -42,6 +42,17 @@ pub enum DeviceError {
         /// Bytes of a state region on this device.
         has: u32,
     },
+    /// A state read asks for more bytes than one reply carries (checked on the host; nothing was sent).
+    #[error(
+        "reading {len} bytes of state needs replies of that size; this device's largest reply is {max} bytes \
+         (raise DeviceConfig::bulk_bytes, or declare the behaviour's state size so only that much is read)"
+    )]
+    StateTooLargeToRead {
+        /// Bytes the read asks for.
+        len: usize,
+        /// Bytes one reply carries on this device ([`crate::Device::max_payload`]).
+        max: usize,
+    },
     /// The slot's inbox stayed full until the deadline; the message was not written.
     #[error("inbox of slot {slot} is full")]
     InboxFull {

@@ -167,11 +167,20 @@ fn an_actors_state_is_read_between_messages_whole_and_in_order() {
     assert_eq!(u64::from_le_bytes(state[8..16].try_into().unwrap()), 3);
     assert!(state[16..].iter().all(|b| *b == 0));
     assert_eq!(d.snapshot(0).unwrap().messages_processed, 3);
-    // a state larger than the device's largest message is refused before anything is sent
+    // a state larger than the device's largest message is refused before anything is sent, naming the
+    // settings; its first bytes can still be read
     let small = open_with(DeviceConfig::default().slots(1));
     small.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    small.call(0, &11i64.to_le_bytes(), T).unwrap();
     let err = small.read_state(0, T).unwrap_err();
-    assert_eq!(err, DeviceError::PayloadTooLarge { len: 1024, max: 96 });
+    assert_eq!(err, DeviceError::StateTooLargeToRead { len: 1024, max: 96 });
+    assert!(err.to_string().contains("DeviceConfig::bulk_bytes"), "{err}");
+    let head = small.read_state_prefix(0, 16, T).unwrap();
+    assert_eq!(head.len(), 16);
+    assert_eq!(i64::from_le_bytes(head[..8].try_into().unwrap()), 11);
+    assert_eq!(u64::from_le_bytes(head[8..].try_into().unwrap()), 1);
+    let past = small.read_state_prefix(0, 1025, T).unwrap_err();
+    assert_eq!(past, DeviceError::PayloadTooLarge { len: 1025, max: 1024 });
     // a 64-byte state fits one envelope
     let tiny = open_with(DeviceConfig::default().slots(1).state_bytes(64));
     tiny.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();

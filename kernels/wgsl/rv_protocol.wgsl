@@ -536,6 +536,13 @@ fn rv_envelope_valid(slot: u32) -> bool {
     return rv_bulk_at(g_inbox_bulk, slot, m_env[0], m_env[PAYLOAD_WORD], m_env[PAYLOAD_WORD + 1u]) != RV_NO_INDEX;
 }
 
+// The bytes a state read asks for: the region's first N bytes when its inline payload is a u32 N, capped at the
+// region; the whole region when the payload is empty (rv_protocol.cu's rv_state_read_len).
+fn rv_state_read_len() -> u32 {
+    if (m_len() < 4u || (m_flags() & RV_FLAG_BULK) != 0u) { return g_state_bytes; }
+    return min(m_env[PAYLOAD_WORD], g_state_bytes);
+}
+
 fn rv_ctx_next() { c_hlc = rv_hlc_next(c_hlc, vec2<u32>(m_env[6], m_env[7])); }
 
 fn rv_actor_run(slot: u32, injected: i32) -> i32 {
@@ -713,9 +720,10 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
             continue;
         }
         if (m_kind() == RV_KIND_STATE) {
-            let rc = rv_stage_reply(RV_KIND_REPLY, SRC_L, state_at(slot), g_state_bytes);
+            let len = rv_state_read_len();
+            let rc = rv_stage_reply(RV_KIND_REPLY, SRC_L, state_at(slot), len);
             if (rc == RV_ERR_OUTBOX_FULL) { break; }
-            if (rc != RV_OK) { rv_reply_error(rc, g_state_bytes); }
+            if (rc != RV_OK) { rv_reply_error(rc, len); }
             head = head + 1u;
             s32w(cb + O_control_block_inbox_head, head);
             out = out | rv_finish_message(true);

@@ -480,35 +480,46 @@ impl GpuActorRef {
         Ok(ringvisor_device::decode_archived(reply.payload()?)?)
     }
 
-    /// A copy of the actor's state region (OTP's `sys:get_state`), taken between two messages, after every
-    /// message sent to it before (see [`Device::read_state`]; the device's `bulk_bytes` must hold its
-    /// `state_bytes`). The child must be running: while it is down the error says why
-    /// ([`SendError::Gone`] for good, the device's `NotAccepting` while it restarts).
+    /// A copy of the actor's state (OTP's `sys:get_state`), taken between two messages, after every message sent
+    /// to it before: as many bytes as its behaviour declares, else the whole state region (see
+    /// [`Device::read_state`]; a read larger than one envelope needs the device's `bulk_bytes`, and the error
+    /// says so). The child must be running: while it is down the error says why ([`SendError::Gone`] for good,
+    /// the device's `NotAccepting` while it restarts).
     pub async fn state(&self, timeout: Duration) -> Result<Vec<u8>, SendError> {
+        self.read_state(None, timeout).await
+    }
+
+    /// [`GpuActorRef::state`] read as the behaviour's `#[repr(C)]` state struct: only the region's first
+    /// `size_of::<T>()` bytes are read (a `T` larger than the region is [`SendError::Device`] with the sizes).
+    pub async fn state_typed<T: bytemuck::Pod>(&self, timeout: Duration) -> Result<T, SendError> {
+        let size = std::mem::size_of::<T>();
+        let bytes = self.read_state(Some(size), timeout).await.map_err(|e| match e {
+            SendError::Device(DeviceError::PayloadTooLarge { max, .. }) => SendError::Device(DeviceError::Codec(
+                format!("a state of {max} bytes cannot hold a {} ({size} bytes)", std::any::type_name::<T>()),
+            )),
+            e => e,
+        })?;
+        let head = bytes.get(..size).ok_or_else(|| {
+            DeviceError::Codec(format!("a state read of {} bytes cannot hold a {size}-byte value", bytes.len()))
+        })?;
+        Ok(bytemuck::pod_read_unaligned(head))
+    }
+
+    /// The state read of [`GpuActorRef::state`]: the first `len` bytes, or the declared size.
+    async fn read_state(&self, len: Option<usize>, timeout: Duration) -> Result<Vec<u8>, SendError> {
         let status = self.status();
         if status.has_ended() {
             return Err(SendError::Gone { actor: self.shared.target(), status });
         }
         let (device, slot) = self.gpu().placed();
-        device.read_state_async(slot, timeout).await.map_err(|e| match e {
+        let read = match len {
+            Some(len) => device.read_state_prefix_async(slot, len, timeout).await,
+            None => device.read_state_async(slot, timeout).await,
+        };
+        read.map_err(|e| match e {
             DeviceError::Timeout => SendError::Timeout,
             e => self.named(e),
         })
-    }
-
-    /// [`GpuActorRef::state`] read as the behaviour's `#[repr(C)]` state struct (the region's first
-    /// `size_of::<T>()` bytes; a `T` larger than the region is [`SendError::Device`] with the sizes).
-    pub async fn state_typed<T: bytemuck::Pod>(&self, timeout: Duration) -> Result<T, SendError> {
-        let bytes = self.state(timeout).await?;
-        let size = std::mem::size_of::<T>();
-        let head = bytes.get(..size).ok_or_else(|| {
-            DeviceError::Codec(format!(
-                "a state of {} bytes cannot hold a {} ({size} bytes)",
-                bytes.len(),
-                std::any::type_name::<T>()
-            ))
-        })?;
-        Ok(bytemuck::pod_read_unaligned(head))
     }
 
     /// [`GpuActorRef::call`] with `#[repr(C)]` request and reply types: the request's bytes are the payload,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::accounting::{take_inbox_room, InboxRoom, SlotHost};
 use super::{Device, DeviceInner};
+use crate::behaviour::BehaviourId;
 use crate::bulk;
 use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_KIND_STATE};
@@ -153,27 +154,64 @@ impl Device {
         self.inner.assist(waiter, deadline)
     }
 
-    /// Reads a copy of the actor's state region (OTP's `sys:get_state`): taken between two messages, in order
-    /// with the messages sent to the slot before it (the behaviour does not run, nothing is counted as
-    /// processed). The whole region, [`DeviceConfig::state_bytes`](crate::DeviceConfig#structfield.state_bytes)
-    /// long; a region larger than [`Device::max_payload`] is refused before anything is sent (raise
-    /// `bulk_bytes`). Errors as [`Device::call`]'s.
+    /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the
+    /// messages sent to the slot before it (the behaviour does not run, nothing is counted as processed). As
+    /// many bytes as the slot's behaviour declares (`ringvisor_build::Behaviours::state`); the whole region,
+    /// [`DeviceConfig::state_bytes`](crate::DeviceConfig#structfield.state_bytes) long, for a behaviour that
+    /// declares none. A read larger than [`Device::max_payload`] is refused before anything is sent
+    /// ([`DeviceError::StateTooLargeToRead`]). Errors as [`Device::call`]'s.
     pub fn read_state(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call(timeout, |deadline| self.start_state_read(slot, deadline))?;
-        Ok(reply.payload()?.to_vec())
+        let len = self.declared_state_len(slot)?;
+        self.read_state_prefix(slot, len, timeout)
     }
 
     /// Async form of [`Device::read_state`].
     pub async fn read_state_async(&self, slot: u32, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call_async(timeout, |deadline| self.start_state_read(slot, deadline)).await?;
+        let len = self.declared_state_len(slot)?;
+        self.read_state_prefix_async(slot, len, timeout).await
+    }
+
+    /// [`Device::read_state`] of the state region's first `len` bytes, whatever the behaviour declares (a `len`
+    /// past the region is [`DeviceError::PayloadTooLarge`] with the region's size as its limit).
+    pub fn read_state_prefix(&self, slot: u32, len: usize, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
+        let reply = self.run_call(timeout, |deadline| self.start_state_read(slot, len, deadline))?;
         Ok(reply.payload()?.to_vec())
     }
 
-    fn start_state_read(&self, slot: u32, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
-        // the whole region comes back as one reply
-        self.check_payload_len(self.inner.grid.config().state_bytes as usize)?;
+    /// Async form of [`Device::read_state_prefix`].
+    pub async fn read_state_prefix_async(
+        &self,
+        slot: u32,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DeviceError> {
+        let reply = self.run_call_async(timeout, |deadline| self.start_state_read(slot, len, deadline)).await?;
+        Ok(reply.payload()?.to_vec())
+    }
+
+    /// Bytes of state the behaviour now in `slot` declares; the whole region when it declares none.
+    fn declared_state_len(&self, slot: u32) -> Result<usize, DeviceError> {
+        self.check_slot(slot)?;
+        let behaviour = BehaviourId(self.inner.grid.snapshot(slot).behaviour);
+        let region = self.inner.grid.config().state_bytes;
+        Ok(match self.inner.behaviours.state_bytes(behaviour) {
+            0 => region,
+            declared => declared.min(region),
+        } as usize)
+    }
+
+    fn start_state_read(&self, slot: u32, len: usize, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
+        let region = self.inner.grid.config().state_bytes as usize;
+        if len > region {
+            return Err(DeviceError::PayloadTooLarge { len, max: region });
+        }
+        let max = self.max_payload();
+        if len > max {
+            return Err(DeviceError::StateTooLargeToRead { len, max });
+        }
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let mut env = Envelope::to_actor_unchecked(slot, correlation, &[], true);
+        // the request's payload is the length wanted (rv_state_read_len); the reply is that prefix
+        let mut env = Envelope::to_actor_unchecked(slot, correlation, &(len as u32).to_le_bytes(), true);
         env.kind = RV_KIND_STATE as u8;
         self.start_call_with(slot, correlation, env, deadline)
     }

@@ -50,6 +50,14 @@ async fn the_c_structs_and_the_rust_ones_agree() {
     // the state size the build script declared (`.state("tb_state")`) is the C compiler's sizeof
     let set = behaviours().unwrap();
     assert_eq!(set.state_bytes(set.id("token_bucket").unwrap()), 48);
+    // a state read takes the declared 48 bytes, which fit one envelope on this default device (no bulk areas),
+    // not the 1 KiB region: granted_total (offset 16) and client (offset 32) as the behaviour keeps them
+    limiter.call_typed::<Request, Reply>(&Request::take(2), T).await.unwrap();
+    let state = limiter.state(T).await.unwrap();
+    assert_eq!(state.len(), 48);
+    assert_eq!(u64::from_le_bytes(state[16..24].try_into().unwrap()), 1, "one call granted");
+    let reply: Reply = limiter.call_typed(&Request::take(0), T).await.unwrap();
+    assert_eq!(u32::from_le_bytes(state[32..36].try_into().unwrap()), reply.client);
     rt.shutdown().await;
 }
 
