@@ -2,5 +2,5 @@
 //! commands, and how a program with behaviours of its own becomes the same command).
 
 fn main() -> std::process::ExitCode {
-    ringvisor::app::command::main(ringvisor::device::BehaviourSet::builtins())
+    ringvisor::app::command::ringvisor()
 }

@@ -80,9 +80,9 @@ enum Command {
         /// Stop after this many seconds.
         #[arg(long, value_parser = seconds)]
         duration: Option<Duration>,
-        /// Device slots.
-        #[arg(long, default_value_t = 1024)]
-        slots: u32,
+        /// Device slots [default: the program's device configuration; 1024 for `ringvisor`].
+        #[arg(long)]
+        slots: Option<u32>,
     },
     /// Run a declared tree (TOML) as a node of a cluster (ractor_cluster): the other nodes find its actors
     /// and call them by name. Prints `ready` once started and connected; stops on Ctrl-C or the duration.
@@ -105,9 +105,9 @@ enum Command {
         /// Stop after this many seconds.
         #[arg(long, value_parser = seconds)]
         duration: Option<Duration>,
-        /// Device slots.
-        #[arg(long, default_value_t = 1024)]
-        slots: u32,
+        /// Device slots [default: the program's device configuration; 1024 for `ringvisor`].
+        #[arg(long)]
+        slots: Option<u32>,
     },
     /// Validate a declared tree (TOML): every error with its location; exits non-zero if there is one.
     Check {
@@ -127,9 +127,9 @@ enum Command {
         /// How long the faults run, seconds.
         #[arg(long, default_value = "10", value_parser = seconds)]
         duration: Duration,
-        /// Device slots.
-        #[arg(long, default_value_t = 1024)]
-        slots: u32,
+        /// Device slots [default: the program's device configuration; 1024 for `ringvisor`].
+        #[arg(long)]
+        slots: Option<u32>,
     },
 }
 
@@ -155,20 +155,55 @@ fn rate(s: &str) -> Result<f64, String> {
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// Runs the `ringvisor` command, arguments taken from the process, with `behaviours` (what `run`, `check`
-/// and `chaos` trees may use; the demo uses the built-ins). A program whose device code has behaviours of
-/// its own is the full command with them:
+/// Runs the `ringvisor` command, arguments taken from the process, as a program with behaviours of its own:
+/// `run`, `check`, `chaos` and `node` open their devices with `device` (its behaviours are what a tree may
+/// use; its sizes, `bulk_bytes` and `state_bytes` included, are every device's; `--slots` and `--backend`
+/// override its slots and backend). The built-in `demo` is the `ringvisor` command's own job and not part of
+/// this one.
 ///
 /// ```no_run
+/// use ringvisor::device::{BehaviourSet, DeviceConfig};
+///
 /// fn main() -> std::process::ExitCode {
-///     let behaviours = ringvisor::device::BehaviourSet::builtins(); // + `register` your own
-///     ringvisor::app::command::main(behaviours)
+///     let behaviours = BehaviourSet::builtins(); // + `register` your own
+///     ringvisor::app::command::main_with(DeviceConfig::default().slots(512).bulk_bytes(4096).behaviours(behaviours))
 /// }
 /// ```
+pub fn main_with(device: DeviceConfig) -> ExitCode {
+    start(Setup { device, with_demo: false })
+}
+
+/// [`main_with`] a default device of 1,024 slots with `behaviours`.
 pub fn main(behaviours: BehaviourSet) -> ExitCode {
-    let cli = Cli::parse();
+    main_with(DeviceConfig::default().slots(DEFAULT_SLOTS).behaviours(behaviours))
+}
+
+/// The `ringvisor` command itself: the built-in behaviours, and the `demo`.
+pub fn ringvisor() -> ExitCode {
+    start(Setup { device: DeviceConfig::default().slots(DEFAULT_SLOTS), with_demo: true })
+}
+
+/// Slots of a device of the `ringvisor` command unless `--slots` says otherwise.
+const DEFAULT_SLOTS: u32 = 1024;
+
+/// What a command binary runs with: the device of its declared trees, and whether it has the demo.
+struct Setup {
+    device: DeviceConfig,
+    with_demo: bool,
+}
+
+/// Parses the process's arguments (the `demo` subcommand hidden from a program's own command) and runs.
+fn start(setup: Setup) -> ExitCode {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    if !setup.with_demo {
+        command = command.mut_subcommand("demo", |demo| demo.hide(true));
+    }
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime.block_on(execute(cli, behaviours)),
+        Ok(runtime) => runtime.block_on(execute(cli, setup)),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             ExitCode::from(2)
@@ -176,7 +211,7 @@ pub fn main(behaviours: BehaviourSet) -> ExitCode {
     }
 }
 
-async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
+async fn execute(cli: Cli, setup: Setup) -> ExitCode {
     let output = Output::choose(cli.json, cli.plain);
     // Logs go to stderr only when asked for (RUST_LOG): they would tear the live view.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -195,14 +230,23 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // The device every subcommand opens: the backend named on the command line, else the environment's.
-    let device = match cli.backend {
-        Some(backend) => DeviceConfig::default().backend(backend),
-        None => DeviceConfig::default(),
+    // The device every subcommand opens: the backend named on the command line, else the configuration's.
+    let mut device = setup.device;
+    if let Some(backend) = &cli.backend {
+        device = device.backend(backend.clone());
+    }
+    let behaviours = device.behaviours.clone();
+    // Where a declared tree starts: `cli.devices` devices, of `--slots` slots each if given.
+    let on = |slots: Option<u32>| Devices {
+        behaviours: &behaviours,
+        config: slots.map_or_else(|| device.clone(), |slots| device.clone().slots(slots)),
+        count: cli.devices,
     };
-    // Where a declared tree starts: `cli.devices` devices of `slots` slots each.
-    let on = |slots: u32| Devices { behaviours: &behaviours, config: device.clone().slots(slots), count: cli.devices };
     let result = match cli.command {
+        Command::Demo { .. } if !setup.with_demo => {
+            eprintln!("error: `demo` is the ringvisor command's built-in job; this program runs declared trees");
+            return ExitCode::from(2);
+        }
         Command::Demo { duration, sensors, rate, seed, no_chaos } => {
             let config = DemoConfig {
                 sensors,
@@ -211,6 +255,7 @@ async fn execute(cli: Cli, behaviours: BehaviourSet) -> ExitCode {
                 chaos_every: (!no_chaos).then_some(Duration::from_secs(1)),
                 ..DemoConfig::default()
             };
+            let device = cli.backend.map_or_else(DeviceConfig::default, |b| DeviceConfig::default().backend(b));
             demo(config, device, duration, output).await
         }
         Command::Run { tree, duration, slots } => run_tree(on(slots), tree, duration, output).await,
@@ -352,7 +397,7 @@ fn loader(behaviours: &BehaviourSet) -> SpecLoader {
 
 /// Printed after errors that name an unknown behaviour.
 const REGISTER_HINT: &str = "hint: a behaviour of your own is compiled with `ringvisor-build`, registered in a \
-`BehaviourSet`, and the command run from your own binary with `ringvisor::app::command::main(set)` \
+`BehaviourSet`, and the command run from your own binary with `ringvisor::app::command::main_with(config)` \
 (see docs/behaviours.md)";
 
 fn check(behaviours: &BehaviourSet, tree: PathBuf) -> Result<ExitCode, BoxError> {

@@ -134,3 +134,16 @@ fn the_example_command_knows_the_behaviour() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("ok") && stdout.contains("limiter-49"), "{stdout}");
 }
+
+/// The program's own command runs its trees; the built-in demo is the `ringvisor` command's, not offered here.
+#[test]
+fn the_example_command_has_no_builtin_demo() {
+    let help = Command::new(env!("CARGO_BIN_EXE_rate-limiter")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("check") && help.contains("run"), "{help}");
+    assert!(!help.contains("demo"), "{help}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rate-limiter")).arg("demo").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`demo` is the ringvisor command's built-in job"), "{stderr}");
+}
