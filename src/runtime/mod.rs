@@ -105,7 +105,7 @@ impl RuntimeBuilder {
             return Err(RuntimeError::NoDevice);
         }
         spec.validate()?;
-        spec.validate_devices(self.devices.len())?;
+        spec.validate_capacity(&self.devices.iter().map(|d| d.slots).collect::<Vec<_>>())?;
         let devices = open_devices(&self.devices)?;
         let services = Services::with_devices(devices.clone(), self.dead_letters);
         let keeper = DeviceKeeper { configs: self.devices, quarantine_limit: self.quarantine_limit };

@@ -37,6 +37,103 @@ impl SupervisorSpec {
     }
 }
 
+impl SupervisorSpec {
+    /// Checks that the tree fits devices of `device_slots` slots each (one entry per device): every pinned
+    /// device exists ([`SupervisorSpec::validate_devices`]), every pinned slot exists, the children pinned to
+    /// a device fit it, and all the GPU children started with the tree fit all the devices together (the
+    /// children a `simple_one_for_one` supervisor starts later are not counted). Each problem with its path.
+    pub fn validate_capacity(&self, device_slots: &[u32]) -> Result<(), SupervisorError> {
+        let mut problems = Vec::new();
+        check_devices(self, "supervisor", device_slots.len(), &mut problems);
+        check_capacity(self, "supervisor", device_slots, &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SupervisorError::InvalidSpec(problems.join("; ")))
+        }
+    }
+}
+
+/// How many GPU children a tree starts with, in total and per pinned device.
+#[derive(Default)]
+struct GpuCount {
+    total: usize,
+    pinned: HashMap<u32, usize>,
+}
+
+/// Reports pinned slots past their device's end, and GPU children that cannot all have a slot (see
+/// [`SupervisorSpec::validate_capacity`]). Problems are `path: message`.
+pub(crate) fn check_capacity(spec: &SupervisorSpec, path: &str, device_slots: &[u32], problems: &mut Vec<String>) {
+    let mut count = GpuCount::default();
+    count_gpu_children(spec, path, device_slots, &mut count, problems);
+    let fix = "give the devices more slots (`DeviceConfig::slots`; the command's `--slots`), run on more devices                (`--devices`) or declare fewer GPU children";
+    let mut pinned: Vec<_> = count.pinned.iter().collect();
+    pinned.sort_unstable();
+    for (&device, &n) in pinned {
+        if let Some(&slots) = device_slots.get(device as usize) {
+            if n > slots as usize {
+                problems.push(format!(
+                    "{path}: {n} GPU children are pinned to device {device}, which has {slots} slots: {fix}"
+                ));
+            }
+        }
+    }
+    let all: u64 = device_slots.iter().map(|&s| u64::from(s)).sum();
+    if count.total as u64 > all {
+        let devices = match device_slots {
+            [one] => format!("a device of {one} slots holds {all}"),
+            _ => format!("{} devices hold {all} slots", device_slots.len()),
+        };
+        problems.push(format!("{path}: the tree starts {} GPU children; {devices}: {fix}", count.total));
+    }
+}
+
+fn count_gpu_children(
+    spec: &SupervisorSpec,
+    path: &str,
+    device_slots: &[u32],
+    count: &mut GpuCount,
+    problems: &mut Vec<String>,
+) {
+    if spec.strategy == Strategy::SimpleOneForOne {
+        return; // its children are started later, one by one
+    }
+    for (i, child) in spec.children.iter().enumerate() {
+        match &child.start {
+            ChildStart::Gpu(g) => {
+                count.total += 1;
+                let device = match g.wanted_placement() {
+                    Placement::Device(d) => {
+                        *count.pinned.entry(d).or_default() += 1;
+                        Some(d)
+                    }
+                    _ => None,
+                };
+                let slots = match device {
+                    Some(d) => device_slots.get(d as usize).copied(),
+                    None => device_slots.iter().copied().max(),
+                };
+                if let (Some(slot), Some(slots)) = (g.wanted_slot(), slots) {
+                    if slot >= slots {
+                        let child_path = ChildPath { parent: path, index: i };
+                        problems.push(format!(
+                            "{child_path}.slot: slot {slot} does not exist (the device has {slots} slots)"
+                        ));
+                    }
+                }
+            }
+            ChildStart::Supervisor(nested) => count_gpu_children(
+                nested,
+                &format!("{}.supervisor", ChildPath { parent: path, index: i }),
+                device_slots,
+                count,
+                problems,
+            ),
+            ChildStart::Actor(_) => {}
+        }
+    }
+}
+
 /// Reports every GPU child of the tree pinned to a device beyond the first `devices`. Problems are
 /// `path: message`.
 pub(crate) fn check_devices(spec: &SupervisorSpec, path: &str, devices: usize, problems: &mut Vec<String>) {

@@ -10,10 +10,18 @@ fn loader() -> SpecLoader {
     SpecLoader::new().behaviours(BEHAVIOURS)
 }
 
+/// Each error as `path: message` (its line and column are checked by the tests of locations).
 fn errors(toml: &str) -> Vec<String> {
+    located(toml)
+        .iter()
+        .map(|e| if e.path.is_empty() { e.message.clone() } else { format!("{}: {}", e.path, e.message) })
+        .collect()
+}
+
+fn located(toml: &str) -> Vec<SpecError> {
     match loader().load_str(toml) {
         Ok(spec) => panic!("expected errors, loaded {}", spec.outline()),
-        Err(SpecErrors(errs)) => errs.iter().map(ToString::to_string).collect(),
+        Err(SpecErrors(errs)) => errs,
     }
 }
 
@@ -105,7 +113,7 @@ backoff = { initial_ms = 0, max_ms = 10 }
     );
     has(
         &errs,
-        r#"supervisor.strategy: unknown value "one_for_some" (expected one of: one_for_one, one_for_all, rest_for_one, simple_one_for_one)"#,
+        r#"supervisor.strategy: unknown value "one_for_some" (did you mean "one_for_one"? expected one of: one_for_one, one_for_all, rest_for_one, simple_one_for_one)"#,
     );
     has(&errs, "supervisor.intensity: must be at least 0, found -1");
     has(&errs, "supervisor.period: must be a positive number of seconds, found 0");
@@ -152,8 +160,11 @@ auto_shutdown = "sometimes"
 
 #[test]
 fn malformed_toml_and_wrong_types_are_located() {
-    let errs = errors("[supervisor\nstrategy = \"one_for_one\"\n");
-    assert!(errs[0].starts_with("<toml> line 1, column"), "{errs:?}");
+    let errs = located("[supervisor\nstrategy = \"one_for_one\"\n");
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].message.starts_with("invalid TOML"), "{errs:?}");
+    assert_eq!(errs[0].line_col.map(|(line, _)| line), Some(1), "{errs:?}");
+    assert!(errs[0].to_string().starts_with("line 1, column "), "{}", errs[0]);
     let errs = errors("[supervisor]\nintensity = \"three\"\nchildren = 4\n");
     has(&errs, "supervisor.intensity: expected an integer, found a string");
     has(&errs, "supervisor.children: expected an array of tables, found an integer");
@@ -288,4 +299,82 @@ fn the_builder_is_checked_the_same_way() {
     assert!(err.contains("supervisor.period: must be positive"), "{err}");
     assert!(err.contains("supervisor.children[0].significant: a significant child cannot be permanent"), "{err}");
     assert!(err.contains(r#"supervisor.children[1].id: duplicate id "a""#), "{err}");
+}
+
+/// What a user fixing a file needs: every problem at once, each at its line and column, in that file.
+#[test]
+fn every_problem_is_reported_at_once_with_its_file_line_and_column() {
+    let text = r#"[supervisor]
+strategy = "one_for_one"
+
+[[supervisor.children]]
+id = "a"
+gpu = "countr"
+name = "app/x"
+init = [{ u8 = 300 }, 7, { u32 = "y" }]
+
+[[supervisor.children]]
+id = "b"
+gpu = "echo"
+name = "app/x"
+restrat = "transient"
+
+[[supervisor.children]]
+count = 3
+id = "w-{j}"
+gpu = "echo"
+"#;
+    let path = std::env::temp_dir().join(format!("ringvisor-spec-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let errs = match loader().load_file(&path) {
+        Ok(_) => panic!("expected errors"),
+        Err(SpecErrors(errs)) => errs,
+    };
+    std::fs::remove_file(&path).unwrap();
+    let at = |p: &str| {
+        errs.iter().find(|e| e.path == p).unwrap_or_else(|| panic!("no error at {p} in:\n{}", SpecErrors(errs.clone())))
+    };
+    let file = path.display().to_string();
+    assert!(errs.iter().all(|e| e.file.as_deref() == Some(file.as_str())), "every error names the file");
+    // a near miss is suggested; both bad init items, not only the first; the duplicate name in the same pass
+    let gpu = at("supervisor.children[0].gpu");
+    assert_eq!(gpu.line_col, Some((6, 1)));
+    assert!(gpu.message.contains(r#"did you mean "counter"?"#), "{gpu}");
+    assert_eq!(at("supervisor.children[0].init[0].u8").line_col, Some((8, 11)));
+    assert_eq!(at("supervisor.children[0].init[2].u32").line_col, Some((8, 28)));
+    let dup = at("supervisor.children[1].name");
+    assert_eq!(dup.line_col, Some((13, 1)));
+    assert!(dup.message.contains("is also the name of supervisor.children[0]"), "{dup}");
+    let key = at("supervisor.children[1].restrat");
+    assert!(key.message.contains(r#"did you mean "restart"?"#), "{key}");
+    // `{j}` is an unknown placeholder, not a template without `{i}`
+    let placeholder = at("supervisor.children[2][i=0].id");
+    assert!(placeholder.message.contains("unknown placeholder `{j}`"), "{placeholder}");
+    assert_eq!(placeholder.line_col, Some((18, 1)));
+    assert!(!errs.iter().any(|e| e.message.contains("needs `{i}`")), "{}", SpecErrors(errs.clone()));
+    assert_eq!(errs.len(), 6, "{}", SpecErrors(errs.clone()));
+    let lines: Vec<usize> = errs.iter().filter_map(|e| e.line_col).map(|(line, _)| line).collect();
+    assert_eq!(lines, [6, 8, 8, 13, 14, 18], "in the file's order");
+    assert_eq!(gpu.to_string(), format!("{file}:6:1: supervisor.children[0].gpu: {}", gpu.message));
+}
+
+#[test]
+fn a_tree_larger_than_its_devices_is_caught_when_loaded() {
+    let text = "[supervisor]\n[[supervisor.children]]\ncount = 40\nid = \"w{i}\"\ngpu = \"echo\"\n\
+                [[supervisor.children]]\nid = \"p\"\ngpu = \"echo\"\nslot = 64\n";
+    let errs = match loader().slots(32).load_str(text) {
+        Ok(_) => panic!("41 GPU children on 32 slots loaded"),
+        Err(SpecErrors(errs)) => errs,
+    };
+    let msgs: Vec<String> = errs.iter().map(|e| format!("{}: {}", e.path, e.message)).collect();
+    has(&msgs, "supervisor.children[1].slot: slot 64 does not exist (the device has 32 slots)");
+    let total = errs.iter().find(|e| e.path == "supervisor").expect("the capacity error");
+    assert!(total.message.starts_with("the tree starts 41 GPU children; a device of 32 slots holds 32"), "{total}");
+    assert!(total.message.contains("--slots"), "names the setting: {total}");
+    assert_eq!(total.line_col, Some((1, 2)), "the `supervisor` of its header");
+    // two devices of 32 hold them; a simple_one_for_one template is not counted
+    assert!(loader().slots(32).devices(2).load_str(&text.replace("slot = 64", "slot = 3")).is_ok());
+    let dynamic =
+        "[supervisor]\nstrategy = \"simple_one_for_one\"\n[[supervisor.children]]\nid = \"t\"\ngpu = \"echo\"\n";
+    assert!(loader().slots(0).load_str(dynamic).is_ok());
 }

@@ -34,29 +34,36 @@ const NUMBERS: [(&str, usize, Kind); 10] = [
 
 const TYPES: &str = "u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, bytes, zeros";
 
-/// Encodes an `init` value (see the module doc).
-pub(super) fn encode(v: &Value) -> Result<Vec<u8>, InitError> {
+/// Encodes an `init` value (see the module doc), or reports every bad item.
+pub(super) fn encode(v: &Value) -> Result<Vec<u8>, Vec<InitError>> {
     let Value::Array(items) = v else {
-        return Err((
+        return Err(vec![(
             String::new(),
             format!("expected an array of bytes or typed values, found {}", super::type_name(v)),
-        ));
+        )]);
     };
     let mut out = Vec::new();
+    let mut errors = Vec::new();
     for (i, item) in items.iter().enumerate() {
         match item {
             Value::Integer(n) if (0..=255).contains(n) => out.push(*n as u8),
             Value::Table(t) if t.len() == 1 => {
                 let (ty, value) = t.iter().next().expect("one key");
-                field(&mut out, ty, value).map_err(|msg| (format!("[{i}].{ty}"), msg))?;
+                if let Err(msg) = field(&mut out, ty, value) {
+                    errors.push((format!("[{i}].{ty}"), msg));
+                }
             }
             other => {
                 let msg = format!("expected a byte (0 to 255) or a one-key table such as {{ u32 = 7 }}, found {other}");
-                return Err((format!("[{i}]"), msg));
+                errors.push((format!("[{i}]"), msg));
             }
         }
     }
-    Ok(out)
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
 }
 
 /// Appends one typed field.
@@ -99,6 +106,9 @@ fn byte_string(value: &Value) -> Result<Vec<u8>, String> {
 fn integer(value: &Value, size: usize, kind: Kind, ty: &str) -> Result<i128, String> {
     let n: i128 = match value {
         Value::Integer(n) => i128::from(*n),
+        Value::String(s) if s.contains('{') => {
+            return Err(format!("unknown placeholder in \"{s}\" (a template of `count` children replaces `{{i}}`)"))
+        }
         Value::String(s) => s.trim().parse().map_err(|_| format!("expected an integer, found \"{s}\""))?,
         other => return Err(format!("expected an integer, found {other}")),
     };
@@ -136,7 +146,10 @@ mod tests {
 
     fn enc(text: &str) -> Result<Vec<u8>, InitError> {
         let doc: toml::Table = format!("init = {text}").parse().unwrap();
-        encode(&doc["init"])
+        encode(&doc["init"]).map_err(|mut errors| {
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            errors.remove(0)
+        })
     }
 
     #[test]
@@ -177,5 +190,13 @@ mod tests {
             assert_eq!(path, at, "{text}: {msg}");
             assert!(msg.contains(why), "{text}: {msg}");
         }
+    }
+
+    #[test]
+    fn every_bad_item_is_reported_not_only_the_first() {
+        let doc: toml::Table = "init = [{ u8 = 300 }, 7, { u32 = \"x\" }, 256]".parse().unwrap();
+        let errors = encode(&doc["init"]).unwrap_err();
+        let at: Vec<&str> = errors.iter().map(|(at, _)| at.as_str()).collect();
+        assert_eq!(at, ["[0].u8", "[2].u32", "[3]"]);
     }
 }

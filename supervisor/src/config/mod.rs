@@ -45,10 +45,12 @@ use toml::Value;
 use crate::child::{ActorFactory, GpuChild};
 use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
 use crate::spec::*;
-use crate::validate::check_tree;
+use crate::validate::{check_capacity, check_tree};
 
 mod init_values;
+mod locate;
 mod placement;
+mod suggest;
 mod template;
 
 use template::{SourcePaths, INDEX, MAX_COUNT};
@@ -56,15 +58,37 @@ use template::{SourcePaths, INDEX, MAX_COUNT};
 /// One problem in a spec, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecError {
-    /// Path of the offending value (`supervisor.children[2].restart`), or `<toml>` for a syntax error.
+    /// Path of the offending value (`supervisor.children[2].restart`); empty for a TOML syntax error.
     pub path: String,
     /// What is wrong.
     pub message: String,
+    /// The file it is in (errors of [`SpecLoader::load_file`]).
+    pub file: Option<String>,
+    /// Line and column (from 1) in the TOML text: the key of the offending value, the header of the table a
+    /// key is missing from, or the syntax error. `None` for a spec built in code.
+    pub line_col: Option<(usize, usize)>,
 }
 
+impl SpecError {
+    /// A problem at `path`, not yet located.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into(), file: None, line_col: None }
+    }
+}
+
+/// `file:line:column: path: message`, each part only when known (`line 3, column 5:` without a file).
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        match (&self.file, self.line_col) {
+            (Some(file), Some((line, column))) => write!(f, "{file}:{line}:{column}: ")?,
+            (Some(file), None) => write!(f, "{file}: ")?,
+            (None, Some((line, column))) => write!(f, "line {line}, column {column}: ")?,
+            (None, None) => {}
+        }
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
     }
 }
 
@@ -89,6 +113,7 @@ impl fmt::Display for SpecErrors {
 pub struct SpecLoader {
     behaviours: Option<BTreeSet<String>>,
     devices: Option<usize>,
+    slots: Option<u32>,
     actors: HashMap<String, Arc<dyn ActorFactory>>,
 }
 
@@ -112,27 +137,39 @@ impl SpecLoader {
         self
     }
 
+    /// Slots of each device the tree will run on: a pinned slot past the end, or more GPU children than the
+    /// devices hold, is an error at load time ([`SupervisorSpec::validate_capacity`]; one device unless
+    /// [`SpecLoader::devices`] says otherwise). Without this call, they are checked when the runtime starts.
+    pub fn slots(mut self, per_device: u32) -> Self {
+        self.slots = Some(per_device);
+        self
+    }
+
     /// Makes `actor = "<name>"` start host actors with `factory`.
     pub fn actor(mut self, name: impl Into<String>, factory: impl ActorFactory) -> Self {
         self.actors.insert(name.into(), Arc::new(factory));
         self
     }
 
-    /// Reads and loads a TOML file.
+    /// Reads and loads a TOML file; its errors name the file.
     pub fn load_file(&self, path: impl AsRef<Path>) -> Result<SupervisorSpec, SpecErrors> {
         let path = path.as_ref();
+        let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| {
-            SpecErrors(vec![SpecError { path: path.display().to_string(), message: format!("cannot read: {e}") }])
+            SpecErrors(vec![SpecError { file: Some(file.clone()), ..SpecError::new("", format!("cannot read: {e}")) }])
         })?;
-        self.load_str(&text)
+        self.load_str(&text).map_err(|SpecErrors(errors)| {
+            SpecErrors(errors.into_iter().map(|e| SpecError { file: Some(file.clone()), ..e }).collect())
+        })
     }
 
-    /// Loads a TOML document whose `[supervisor]` table is the root supervisor.
+    /// Loads a TOML document whose `[supervisor]` table is the root supervisor. Every problem is reported at
+    /// once, each with its path, line and column.
     pub fn load_str(&self, text: &str) -> Result<SupervisorSpec, SpecErrors> {
         let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let message = e.message().to_string();
-            let at = e.span().map(|s| line_col(text, s.start)).unwrap_or_default();
-            SpecErrors(vec![SpecError { path: format!("<toml>{at}"), message }])
+            let message = format!("invalid TOML: {}", e.message().trim_end());
+            let line_col = e.span().map(|s| locate::line_col(text, s.start));
+            SpecErrors(vec![SpecError { line_col, ..SpecError::new("", message) }])
         })?;
         let mut w = Walker { loader: self, errors: Vec::new(), sources: SourcePaths::default() };
         for key in doc.keys().filter(|k| *k != "supervisor") {
@@ -149,13 +186,19 @@ impl SpecLoader {
         if let Some(spec) = &spec {
             let mut problems = Vec::new();
             check_tree(spec, "supervisor", &mut problems);
+            if let Some(slots) = self.slots {
+                check_capacity(spec, "supervisor", &vec![slots; self.devices.unwrap_or(1)], &mut problems);
+            }
             errors.extend(problems.into_iter().map(|p| {
-                let SpecError { path, message } = split_problem(p);
-                let (path, message) =
-                    (w.sources.rewrite(&path, "supervisor"), w.sources.rewrite(&message, "supervisor"));
-                SpecError { path, message }
+                let SpecError { path, message, .. } = split_problem(p);
+                SpecError::new(w.sources.rewrite(&path, "supervisor"), w.sources.rewrite(&message, "supervisor"))
             }));
         }
+        let spans = locate::Spans::of(text);
+        for e in &mut errors {
+            e.line_col = spans.locate(&e.path);
+        }
+        errors.sort_by_key(|e| e.line_col); // in the file's order (unlocated ones first), as an editor lists them
         match spec {
             Some(spec) if errors.is_empty() => Ok(spec),
             _ => Err(SpecErrors(errors)),
@@ -170,17 +213,10 @@ fn placeholder(path: &str) -> ChildSpec {
     })
 }
 
-fn line_col(text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    format!(" line {line}, column {col}")
-}
-
 fn split_problem(p: String) -> SpecError {
     match p.split_once(": ") {
-        Some((path, message)) => SpecError { path: path.to_string(), message: message.to_string() },
-        None => SpecError { path: String::new(), message: p },
+        Some((path, message)) => SpecError::new(path, message),
+        None => SpecError::new("", p),
     }
 }
 
@@ -216,7 +252,7 @@ struct Walker<'a> {
 
 impl Walker<'_> {
     fn err(&mut self, path: &str, message: impl Into<String>) {
-        self.errors.push(SpecError { path: path.to_string(), message: message.into() });
+        self.errors.push(SpecError::new(path, message));
     }
 
     fn table<'v>(&mut self, v: &'v Value, path: &str) -> Option<&'v toml::Table> {
@@ -231,7 +267,8 @@ impl Walker<'_> {
 
     fn unknown_keys(&mut self, t: &toml::Table, path: &str, known: &[&str]) {
         for key in t.keys().filter(|k| !known.contains(&k.as_str())) {
-            self.err(&format!("{path}.{key}"), format!("unknown key (expected one of: {})", known.join(", ")));
+            let hint = suggest::did_you_mean(key, known.iter().copied());
+            self.err(&format!("{path}.{key}"), format!("unknown key ({hint}expected one of: {})", known.join(", ")));
         }
     }
 
@@ -251,9 +288,10 @@ impl Walker<'_> {
             Some((_, v)) => Some(*v),
             None => {
                 let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+                let hint = suggest::did_you_mean(s, names.iter().copied());
                 self.err(
                     &format!("{path}.{key}"),
-                    format!("unknown value \"{s}\" (expected one of: {})", names.join(", ")),
+                    format!("unknown value \"{s}\" ({hint}expected one of: {})", names.join(", ")),
                 );
                 None
             }
@@ -397,7 +435,9 @@ impl Walker<'_> {
         }
         if count > 1 {
             for key in ["id", "name"] {
-                if t.get(key).and_then(Value::as_str).is_some_and(|s| !s.contains(INDEX)) {
+                // a string with a placeholder of another name (`{j}`) is reported as that, by `child`
+                let lacks_index = |s: &str| !s.contains(INDEX) && !s.contains('{');
+                if t.get(key).and_then(Value::as_str).is_some_and(lacks_index) {
                     self.err(
                         &format!("{path}.{key}"),
                         format!("a template of {count} children needs `{INDEX}` in its {key} (each must differ)"),
@@ -439,8 +479,19 @@ impl Walker<'_> {
             ],
         );
         for key in ["id", "name"] {
-            if t.get(key).and_then(Value::as_str).is_some_and(|s| s.contains(INDEX)) {
+            let Some(text) = t.get(key).and_then(Value::as_str) else { continue };
+            if text.contains(INDEX) {
                 self.err(&format!("{path}.{key}"), format!("`{INDEX}` outside a template (add `count = N`)"));
+            }
+            let allowed: &[&str] = if key == "name" { &[INDEX, "{id}"] } else { &[INDEX] };
+            for unknown in template::unknown_placeholders(text, allowed) {
+                self.err(
+                    &format!("{path}.{key}"),
+                    format!(
+                        "unknown placeholder `{unknown}` (a template of `count` children replaces `{INDEX}`; a \
+                         simple_one_for_one child's name may use `{{id}}`)"
+                    ),
+                );
             }
         }
         let id = match self.string(t, "id", path) {
@@ -464,18 +515,19 @@ impl Walker<'_> {
                 if let Some(known) = &self.loader.behaviours {
                     if !known.contains(behaviour) {
                         let names: Vec<&str> = known.iter().map(String::as_str).collect();
+                        let hint = suggest::did_you_mean(behaviour, names.iter().copied());
                         self.err(
                             &format!("{path}.gpu"),
-                            format!("unknown behaviour \"{behaviour}\" (known: {})", names.join(", ")),
+                            format!("unknown behaviour \"{behaviour}\" ({hint}known: {})", names.join(", ")),
                         );
                     }
                 }
+                // A bad init or slot is reported and the child kept, so its id and name are checked too.
                 let mut gpu = GpuChild::new(behaviour);
-                if let Some(init) = t.get("init") {
-                    gpu = gpu.init(self.init(init, &format!("{path}.init"))?);
+                if let Some(init) = t.get("init").and_then(|init| self.init(init, &format!("{path}.init"))) {
+                    gpu = gpu.init(init);
                 }
-                if t.contains_key("slot") {
-                    let slot = self.integer(t, "slot", path, 0)?;
+                if let Some(slot) = t.contains_key("slot").then(|| self.integer(t, "slot", path, 0)).flatten() {
                     gpu = gpu.slot(u32::try_from(slot).unwrap_or(u32::MAX));
                 }
                 ChildSpec::gpu(id, self.placement(t, path, gpu))
@@ -492,11 +544,15 @@ impl Walker<'_> {
                     None => {
                         let mut names: Vec<&str> = self.loader.actors.keys().map(String::as_str).collect();
                         names.sort_unstable();
+                        let hint = suggest::did_you_mean(name, names.iter().copied());
                         self.err(
                             &format!("{path}.actor"),
-                            format!("unknown actor \"{name}\" (known: {})", names.join(", ")),
+                            format!("unknown actor \"{name}\" ({hint}known: {})", names.join(", ")),
                         );
-                        return None;
+                        // kept under its id, so its id and name are checked too
+                        ChildSpec::actor(id, |_ctx: crate::child::StartContext| async {
+                            Err("unknown actor".to_string())
+                        })
                     }
                 }
             }
@@ -561,8 +617,10 @@ impl Walker<'_> {
                 self.err(path, format!("{} bytes, the most a create carries is {RV_INIT_BYTES}", bytes.len()));
                 None
             }
-            Err((at, message)) => {
-                self.err(&format!("{path}{at}"), message);
+            Err(errors) => {
+                for (at, message) in errors {
+                    self.err(&format!("{path}{at}"), message);
+                }
                 None
             }
         }

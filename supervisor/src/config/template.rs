@@ -29,6 +29,22 @@ fn substitute(v: &Value, index: &str, top: bool) -> Value {
     }
 }
 
+/// The `{...}` placeholders of `text` other than `allowed` (a template replaces only [`INDEX`]; a
+/// `simple_one_for_one` child's name may have `{id}`).
+pub(super) fn unknown_placeholders<'t>(text: &'t str, allowed: &[&str]) -> Vec<&'t str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        let Some(len) = rest[open..].find('}') else { break };
+        let placeholder = &rest[open..open + len + 1];
+        if !allowed.contains(&placeholder) {
+            out.push(placeholder);
+        }
+        rest = &rest[open + len + 1..];
+    }
+    out
+}
+
 /// Where each expanded child came from, for the children whose path changed in expansion.
 #[derive(Default)]
 pub(super) struct SourcePaths {
@@ -91,6 +107,13 @@ mod tests {
         let nested = &inst["supervisor"]["children"];
         assert_eq!(nested[0]["id"].as_str(), Some("a-7"));
         assert_eq!(nested[1]["id"].as_str(), Some("b-{i}"), "a nested template keeps its own index");
+    }
+
+    #[test]
+    fn placeholders_other_than_the_allowed_ones_are_found() {
+        assert_eq!(unknown_placeholders("w-{i}-{j}", &[INDEX]), ["{j}"]);
+        assert_eq!(unknown_placeholders("a/{id}/{i}", &[INDEX, "{id}"]), Vec::<&str>::new());
+        assert_eq!(unknown_placeholders("{}x{n", &[INDEX]), ["{}"]);
     }
 
     #[test]
