@@ -47,11 +47,14 @@ fn check_reports_every_error_with_its_location_and_fails() {
     assert!(stderr.contains("supervisor.strategy"), "{stderr}");
     assert!(stderr.contains("supervisor.children[0].gpu") && stderr.contains("no-such-behaviour"), "{stderr}");
     assert!(stderr.contains("supervisor.children[1].restart") && stderr.contains("sometimes"), "{stderr}");
-    // Malformed TOML: the line and column.
+    // each at the file, line and column of its key
+    assert!(stderr.contains(&format!("{}:3:1: supervisor.strategy", path.display())), "{stderr}");
+    // Malformed TOML: the file, line and column.
     let path = temp_file("malformed.toml", "[supervisor\nstrategy = 1\n");
     let out = ringvisor().arg("check").arg(&path).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:1:12: invalid TOML", path.display())), "{stderr}");
 }
 
 #[test]
@@ -67,11 +70,25 @@ fn check_on_an_unknown_behaviour_says_how_to_register_one_once_per_template() {
 }
 
 #[test]
+fn check_reports_a_tree_larger_than_the_devices_with_its_location() {
+    let out = ringvisor().args(["check", "--slots", "4", "examples/fleet.toml"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("examples/fleet.toml:4:2: supervisor: the tree starts 5 GPU children; a device of 4 slots"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--slots"), "names the setting: {stderr}");
+}
+
+#[test]
 fn check_accepts_the_example_fleet() {
     let out = ringvisor().args(["check", "examples/fleet.toml"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("ok") && stdout.contains("sensors"), "{stdout}");
+    // a table, not Debug output
+    assert!(stdout.contains("CHILD") && stdout.contains("rest_for_one") && !stdout.contains("Some("), "{stdout}");
 }
 
 #[test]

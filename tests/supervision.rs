@@ -72,6 +72,17 @@ async fn unknown_behaviours_and_exhausted_slots_are_clear_start_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_with_more_gpu_children_than_slots_is_refused_before_anything_starts() {
+    let spec = (0..3).fold(SupervisorSpec::new(Strategy::OneForOne), |s, i| s.child(counter(&format!("c{i}"))));
+    let Err(err) = Runtime::start(DeviceConfig::default().slots(2), spec).await else {
+        panic!("3 GPU children started on 2 slots")
+    };
+    let text = err.to_string();
+    assert!(text.contains("the tree starts 3 GPU children; a device of 2 slots holds 2"), "{text}");
+    assert!(text.contains("DeviceConfig::slots"), "names the setting: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_stays_valid_across_restarts_and_the_registry_rebinds() {
     let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(5, Duration::from_secs(5)).child(counter("c"));
     let rt = Runtime::start(config(), spec).await.unwrap();

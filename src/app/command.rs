@@ -24,7 +24,7 @@ use super::monitor::Monitor;
 use super::report::{self, Output};
 use crate::device::{Backend, BehaviourSet, DeviceConfig};
 use crate::faults::InjectedFault;
-use crate::supervisor::{ExitReason, SpecLoader};
+use crate::supervisor::{ExitReason, SpecErrors, SpecLoader};
 use crate::{Runtime, RuntimeEnd};
 use clap::{Parser, Subcommand};
 use tokio::sync::Notify;
@@ -109,10 +109,14 @@ enum Command {
         #[arg(long)]
         slots: Option<u32>,
     },
-    /// Validate a declared tree (TOML): every error with its location; exits non-zero if there is one.
+    /// Validate a declared tree (TOML) against the devices `run` would open: every error with its file, line
+    /// and column; exits non-zero if there is one. Prints the tree as a table otherwise.
     Check {
         /// The tree file.
         tree: PathBuf,
+        /// Device slots [default: the program's device configuration; 1024 for `ringvisor`].
+        #[arg(long)]
+        slots: Option<u32>,
     },
     /// Run a declared tree (TOML) under seeded faults and print the chaos summary.
     Chaos {
@@ -259,7 +263,7 @@ async fn execute(cli: Cli, setup: Setup) -> ExitCode {
             demo(config, device, duration, output).await
         }
         Command::Run { tree, duration, slots } => run_tree(on(slots), tree, duration, output).await,
-        Command::Check { tree } => check(&behaviours, tree),
+        Command::Check { tree, slots } => check(on(slots), tree),
         #[cfg(feature = "cluster")]
         Command::Node { tree, name, port, cookie, connect, duration, slots } => {
             let config = crate::cluster::NodeConfig::new(name, port, cookie);
@@ -400,20 +404,27 @@ const REGISTER_HINT: &str = "hint: a behaviour of your own is compiled with `rin
 `BehaviourSet`, and the command run from your own binary with `ringvisor::app::command::main_with(config)` \
 (see docs/behaviours.md)";
 
-fn check(behaviours: &BehaviourSet, tree: PathBuf) -> Result<ExitCode, BoxError> {
-    match loader(behaviours).load_file(&tree) {
+/// Loads `tree` as `devices` would start it (behaviours, device count, slots), and prints it as a table, or
+/// every error with its location.
+fn check(devices: Devices<'_>, tree: PathBuf) -> Result<ExitCode, BoxError> {
+    match devices.loader().load_file(&tree) {
         Ok(spec) => {
-            println!("{}: ok\n{}", tree.display(), spec.outline());
+            print!("{}: ok\n{}", tree.display(), super::tree_table::tree_table(&spec));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
             eprintln!("{}: {} error(s)\n{errors}", tree.display(), errors.0.len());
-            if errors.0.iter().any(|e| e.message.starts_with("unknown behaviour")) {
+            if needs_register_hint(&errors) {
                 eprintln!("{REGISTER_HINT}");
             }
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Whether an error names a behaviour the program does not have, and not as a near miss of one it has.
+fn needs_register_hint(errors: &SpecErrors) -> bool {
+    errors.0.iter().any(|e| e.message.starts_with("unknown behaviour") && !e.message.contains("did you mean"))
 }
 
 /// What a declared tree starts on: the behaviours its device code has, and its devices.
@@ -425,11 +436,16 @@ struct Devices<'a> {
 }
 
 impl Devices<'_> {
-    /// Loads the tree of `tree` (device indices checked against `count`) and starts it.
+    /// A loader that checks a tree against these devices: behaviours, device indices, slots.
+    fn loader(&self) -> SpecLoader {
+        loader(self.behaviours).devices(self.count as usize).slots(self.config.slots)
+    }
+
+    /// Loads the tree of `tree` (checked against these devices) and starts it.
     async fn start_tree(&self, tree: &PathBuf) -> Result<Runtime, BoxError> {
-        let spec = loader(self.behaviours).devices(self.count as usize).load_file(tree).map_err(|errors| {
-            let hint = errors.0.iter().any(|e| e.message.starts_with("unknown behaviour"));
-            format!("{errors}{}", if hint { format!("\n{REGISTER_HINT}") } else { String::new() })
+        let spec = self.loader().load_file(tree).map_err(|errors| {
+            let hint = if needs_register_hint(&errors) { format!("\n{REGISTER_HINT}") } else { String::new() };
+            format!("{errors}{hint}")
         })?;
         let device = self.config.clone().behaviours(self.behaviours.clone());
         let configs = (0..self.count).map(|i| {
