@@ -319,6 +319,8 @@ typedef struct RV_ALIGN(64) rv_sv_record {
     uint32_t init_old_head;     /* the previous incarnation's inbox head */
     uint32_t init_old_failed;   /* ... and failed index */
     uint32_t init_dropped;      /* kernel-to-kernel messages discarded by the re-creation */
+    int32_t init_result;        /* written by the actor's block before its state store: the init's own outcome (the
+                                 * incarnation may have run and failed on a message by the time block 0 looks) */
     uint64_t init_old_processed; /* the previous incarnation's messages_processed */
     uint8_t reserved[24];
     rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */

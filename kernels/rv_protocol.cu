@@ -1035,24 +1035,29 @@ RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_bl
     rv_actor_ctx ctx;
     rv_ctx_init(&ctx, g, slot, 1, &init);
     int rc = rv_dispatch(g, cmd->behaviour, &ctx, &init);
+    if (rc == RV_STALL) rc = RV_ERR_NOT_ALLOWED;
+    /* The init's outcome, apart from the state: once Active, this block may run the incarnation on its queued
+     * messages, and fail, before block 0 reports the creation (ordered before block 0's acquire of the state). */
+    rec->init_result = rc;
     if (rc == RV_OK) {
         rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
     } else {
-        cb->last_error = rc == RV_STALL ? RV_ERR_NOT_ALLOWED : rc;
+        cb->last_error = rc;
         rv_store_release_u32(&cb->state, RV_STATE_FAILED);
     }
     rv_raise_attention(g, slot);
     return RV_STEP_PROGRESS | RV_STEP_ATTENTION;
 }
 
-/* Block 0, on the attention an init raised: the creation's event, Created/Restarted or CreateFailed. */
-RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot, uint32_t state) {
-    rv_control_block *cb = &g->blocks[slot];
+/* Block 0, on the attention an init raised: the creation's event, Created/Restarted or CreateFailed, by the init's
+ * own result (the slot may be Failed by then because the new incarnation crashed on a message: the caller reports
+ * that next, as the incarnation's failure). */
+RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot) {
     rv_sv_record *rec = &g->sv[slot];
     rv_store_release_dev_u32(&rec->pending_op, RV_OP_NONE); /* the actor reads it (rv_actor_init) */
-    rec->reported_state = state;
-    uint32_t kind = state == RV_STATE_ACTIVE ? rec->init_event : RV_EVT_CREATE_FAILED;
-    int32_t code = state == RV_STATE_ACTIVE ? 0 : cb->last_error;
+    int32_t code = rec->init_result;
+    rec->reported_state = code == RV_OK ? RV_STATE_ACTIVE : RV_STATE_FAILED;
+    uint32_t kind = code == RV_OK ? rec->init_event : RV_EVT_CREATE_FAILED;
     rv_publish_processed(g, kind, slot, &rec->pending, code, rec->init_old_head, rec->init_old_failed,
                          rec->init_dropped, rec->init_old_processed);
 }
@@ -1140,10 +1145,11 @@ RV_FN int rv_restart_granted(const rv_grid_view *g, uint32_t slot) {
 
 /* Block 0 restarts a failed slot in place under the host's grant, without waiting for the host: the command
  * that started the incarnation, again, as a Restart with a cmd_id of its own (RV_GRANTED_CMD). The messages
- * queued up to the host's current tail are the host's to hand back; those it sends from now on are the new
- * incarnation's. The host must not reuse the cells of the ones it hands back before it has read them:
- * grant_floor says where they start, published before the new inbox head. */
-RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot) {
+ * queued up to `tail`, the host's tail read before the Failed event was published, are the host's to hand back;
+ * those it sends once it has read the event are the new incarnation's (as for a restart the host submits). The
+ * host must not reuse the cells of the ones it hands back before it has read them: grant_floor says where they
+ * start, published before the new inbox head. */
+RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot, uint32_t tail) {
     rv_control_block *cb = &g->blocks[slot];
     rv_command cmd = g->sv[slot].start;
     uint32_t next = cb->generation + 1;
@@ -1151,7 +1157,7 @@ RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot) {
     cmd.slot = slot;
     cmd.expected_generation = cb->generation;
     cmd.cmd_id = RV_GRANTED_CMD | ((uint64_t)slot << 32) | (uint64_t)next;
-    cmd.inbox_index = rv_load_acquire_u32(&cb->inbox_tail);
+    cmd.inbox_index = tail;
     rv_store_relaxed_u32(&cb->grant_floor, cb->inbox_head);
     rv_store_release_u32(&cb->grant_floor_gen, next);
     rv_sv_create(g, &cmd, RV_EVT_RESTARTED);
@@ -1162,9 +1168,8 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
     rv_sv_record *rec = &g->sv[slot];
     if (rec->pending_op == RV_OP_INIT) {
-        uint32_t state = rv_load_acquire_u32(&cb->state);
-        if (state != RV_STATE_INITIALIZING) rv_sv_init_done(g, slot, state);
-        return;
+        if (rv_load_acquire_u32(&cb->state) == RV_STATE_INITIALIZING) return;
+        rv_sv_init_done(g, slot); /* then a failure of the new incarnation, below */
     }
     if (rec->pending_op != RV_OP_NONE &&
         rv_load_acquire_u32(&cb->request_ack) == rv_load_relaxed_u32(&cb->request_seq)) {
@@ -1195,11 +1200,13 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
         /* The Failed event says whether a granted restart follows (op RV_OP_RESTART): the host learns it from
          * the same record as the failure, whatever it wrote to restart_grant meanwhile. */
         int granted = rv_restart_granted(g, slot);
+        /* Read before the event is out: a message the host writes after it has read the event is not below it. */
+        uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
         rv_command note;
         rv_zero16(&note, sizeof(note) / 16);
         note.op = granted ? RV_OP_RESTART : RV_OP_NONE;
         rv_publish(g, RV_EVT_FAILED, slot, &note, cb->last_error, cb->inbox_head, cb->failed_index, 0);
-        if (granted) rv_sv_granted_restart(g, slot);
+        if (granted) rv_sv_granted_restart(g, slot, tail);
     } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
         rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, rv_reclaim_k2k(g, slot));
     }

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{DeviceConfig, EventKind, SlotEvent, SlotFault, SlotState, UndeliveredReason};
+use ringvisor::device::{
+    Backend, CudaConfig, CudaDriver, DeviceConfig, EmulatedDriver, EmulatedGpu, EventKind, SlotEvent, SlotFault,
+    SlotState, UndeliveredReason,
+};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -367,21 +370,35 @@ async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, V
     let rt = Runtime::builder().device(device).root_id("root").start(spec).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let storm = rt.gpu("app/storm").unwrap();
+    let device_events = rt.device().subscribe_slot(storm.slot()).unwrap();
     let poison = 0xDEAD_DEAD_DEAD_DEADu64.to_le_bytes();
     let mut answers = Vec::new();
     for _ in 0..count {
         answers.push(match storm.call(&poison, T).await {
-            Err(SendError::Undelivered { reason, .. }) => format!("{reason:?}"),
+            Err(SendError::Undelivered { reason, generation, .. }) => format!("{reason:?} gen {generation}"),
             other => format!("unexpected: {other:?}"),
         });
     }
-    let end = tokio::time::timeout(T, rt.wait()).await.unwrap_or_else(|_| {
-        let mut seen = Vec::new();
-        while let Ok(e) = events.try_recv() {
-            seen.push(format!("{e:?}"));
+    let end = tokio::time::timeout(T, rt.wait()).await;
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(format!("{e:?}"));
+    }
+    let Ok(end) = end else {
+        let mut on_device = Vec::new();
+        while let Some(e) = device_events.try_recv() {
+            on_device.push(format!(
+                "{:?} gen {} cmd {:x} code {:?}",
+                e.event.kind, e.event.generation, e.event.cmd_id, e.event.code
+            ));
         }
-        panic!("the runtime did not end after {count} crashes with intensity {}; events: {seen:#?}", count - 1)
-    });
+        panic!(
+            "the runtime did not end after {count} crashes with intensity {}; calls: {answers:#?}; events: {seen:#?}; \
+             device: {on_device:#?}",
+            count - 1
+        )
+    };
+    answers.extend(seen.into_iter().map(|e| format!("event {e}")));
     (end, answers)
 }
 
@@ -389,8 +406,9 @@ async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, V
 async fn every_storm_gives_up(device: impl Fn() -> DeviceConfig) {
     for (run, crashes) in (0..20).map(|run| (run, 4)).chain((20..25).map(|run| (run, 11))) {
         let (end, answers) = unpaced_crash_storm(device(), crashes).await;
-        assert!(answers.iter().all(|a| a.contains("Poison")), "run {run}: {answers:?}");
-        assert!(matches!(end, RuntimeEnd::RootEnded { gave_up: true, .. }), "run {run}: {end}");
+        let calls = &answers[..crashes as usize];
+        assert!(calls.iter().all(|a| a.contains("Poison")), "run {run}: {answers:#?}");
+        assert!(matches!(end, RuntimeEnd::RootEnded { gave_up: true, .. }), "run {run}: {end}; {answers:#?}");
     }
 }
 
@@ -399,4 +417,14 @@ async fn every_storm_gives_up(device: impl Fn() -> DeviceConfig) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_of_an_unpaced_storm_counts_and_the_supervisor_gives_up_every_time() {
     every_storm_gives_up(config).await;
+}
+
+/// The same on the CUDA backend over the emulated driver (block 0 on a thread of its own, mapped memory costed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_crash_of_an_unpaced_storm_counts_on_the_emulated_gpu_too() {
+    every_storm_gives_up(|| {
+        let gpu = EmulatedDriver::new(EmulatedGpu::default());
+        config().backend(Backend::Cuda(CudaConfig { driver: CudaDriver::Emulated(gpu), ..CudaConfig::default() }))
+    })
+    .await;
 }

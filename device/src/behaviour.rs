@@ -45,6 +45,7 @@ pub(crate) struct BehaviourEntry {
     pub function: String,
     pub cuda_source: Option<&'static str>,
     /// The user's WGSL version (built-ins: `None`, theirs are the wgpu backend's own).
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))] // read by the wgpu backend only
     pub wgsl_source: Option<&'static str>,
     /// Declared state size (0: not declared).
     pub state_bytes: u32,

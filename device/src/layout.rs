@@ -321,6 +321,7 @@ pub struct RawSvRecord {
     pub init_old_head: u32,
     pub init_old_failed: u32,
     pub init_dropped: u32,
+    pub init_result: i32,
     pub init_old_processed: u64,
     pub reserved: [u8; 24],
     pub pending: RawCommand,

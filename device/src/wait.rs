@@ -28,6 +28,7 @@ impl Parker {
     }
 
     /// Sleeps up to `timeout` unless [`Parker::wake`] was called since `seen` was read.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))] // the wgpu executor's idle wait
     pub(crate) fn park(&self, seen: u64, timeout: Duration) {
         self.park_unless(seen, timeout, || false);
     }

@@ -796,13 +796,14 @@ fn rv_actor_init(slot: u32) -> u32 {
         m_env[PAYLOAD_WORD + i] = w;
     }
     rv_ctx_init(slot, 1u);
-    let rc = rv_dispatch(l32(cmd + O_command_behaviour));
+    var rc = rv_dispatch(l32(cmd + O_command_behaviour));
+    if (rc == RV_STALL) { rc = RV_ERR_NOT_ALLOWED; }
+    // the init's outcome, apart from the state (the incarnation may fail on a message before block 0 looks)
+    l32w(rec + O_sv_record_init_result, bitcast<u32>(rc));
     if (rc == RV_OK) {
         s32w(cb + O_control_block_state, RV_STATE_ACTIVE);
     } else {
-        var code = rc;
-        if (rc == RV_STALL) { code = RV_ERR_NOT_ALLOWED; }
-        s32w(cb + O_control_block_last_error, bitcast<u32>(code));
+        s32w(cb + O_control_block_last_error, bitcast<u32>(rc));
         s32w(cb + O_control_block_state, RV_STATE_FAILED);
     }
     rv_raise_attention(slot);
@@ -954,17 +955,18 @@ fn rv_sv_create(success_kind: u32) {
     l32w(rec + O_sv_record_pending_op, RV_OP_INIT);
 }
 
-fn rv_sv_init_done(slot: u32, state: u32) {
+// By the init's own result (rv_protocol.cu's rv_sv_init_done): a failure of the new incarnation is reported next.
+fn rv_sv_init_done(slot: u32) {
     let rec = sv_at(slot);
     l32w(rec + O_sv_record_pending_op, RV_OP_NONE);
-    l32w(rec + O_sv_record_reported_state, state);
+    let code = bitcast<i32>(l32(rec + O_sv_record_init_result));
     var kind = RV_EVT_CREATE_FAILED;
-    var code = 0;
-    if (state == RV_STATE_ACTIVE) {
+    var reported = RV_STATE_FAILED;
+    if (code == RV_OK) {
         kind = l32(rec + O_sv_record_init_event);
-    } else {
-        code = bitcast<i32>(cbf(slot, O_control_block_last_error));
+        reported = RV_STATE_ACTIVE;
     }
+    l32w(rec + O_sv_record_reported_state, reported);
     load_cmd_from_l(rec + O_sv_record_pending);
     rv_publish_processed(kind, slot, true, code, l32(rec + O_sv_record_init_old_head),
                          l32(rec + O_sv_record_init_old_failed), l32(rec + O_sv_record_init_dropped),
@@ -1056,7 +1058,8 @@ fn rv_restart_granted(slot: u32) -> bool {
            rv_index_near(s32(cb + O_control_block_inbox_tail), s32(cb + O_control_block_inbox_head));
 }
 
-fn rv_sv_granted_restart(slot: u32) {
+// `tail`: the host's inbox tail read before the Failed event was published (rv_protocol.cu's rv_sv_granted_restart).
+fn rv_sv_granted_restart(slot: u32, tail: u32) {
     let cb = cb_at(slot);
     load_cmd_from_l(sv_at(slot) + O_sv_record_start);
     let generation = s32(cb + O_control_block_generation);
@@ -1066,7 +1069,7 @@ fn rv_sv_granted_restart(slot: u32) {
     k_set(O_command_expected_generation, generation);
     k_set(O_command_cmd_id, next);
     k_set(O_command_cmd_id + 4u, RV_GRANTED_CMD_HI | slot);
-    k_set(O_command_inbox_index, s32(cb + O_control_block_inbox_tail));
+    k_set(O_command_inbox_index, tail);
     s32w(cb + O_control_block_grant_floor, s32(cb + O_control_block_inbox_head));
     s32w(cb + O_control_block_grant_floor_gen, next);
     rv_sv_create(RV_EVT_RESTARTED);
@@ -1077,11 +1080,10 @@ fn rv_sv_attend(slot: u32) {
     let rec = sv_at(slot);
     let pending = l32(rec + O_sv_record_pending_op);
     if (pending == RV_OP_INIT) {
-        let state = s32(cb + O_control_block_state);
-        if (state != RV_STATE_INITIALIZING) { rv_sv_init_done(slot, state); }
-        return;
+        if (s32(cb + O_control_block_state) == RV_STATE_INITIALIZING) { return; }
+        rv_sv_init_done(slot); // then a failure of the new incarnation, below
     }
-    if (pending != RV_OP_NONE && s32(cb + O_control_block_request_ack) == s32(cb + O_control_block_request_seq)) {
+    if (l32(rec + O_sv_record_pending_op) != RV_OP_NONE && s32(cb + O_control_block_request_ack) == s32(cb + O_control_block_request_seq)) {
         load_cmd_from_l(rec + O_sv_record_pending);
         let state = s32(cb + O_control_block_state);
         l32w(rec + O_sv_record_pending_op, RV_OP_NONE);
@@ -1106,11 +1108,12 @@ fn rv_sv_attend(slot: u32) {
     if (state == l32(rec + O_sv_record_reported_state) || l32(rec + O_sv_record_pending_op) != RV_OP_NONE) { return; }
     if (state == RV_STATE_FAILED) {
         let granted = rv_restart_granted(slot);
+        let tail = s32(cb + O_control_block_inbox_tail); // before the event is out
         clear_cmd();
         k_set(O_command_op, select(RV_OP_NONE, RV_OP_RESTART, granted));
         rv_publish(RV_EVT_FAILED, slot, true, bitcast<i32>(s32(cb + O_control_block_last_error)),
                    s32(cb + O_control_block_inbox_head), s32(cb + O_control_block_failed_index), 0u);
-        if (granted) { rv_sv_granted_restart(slot); }
+        if (granted) { rv_sv_granted_restart(slot, tail); }
     } else if (state == RV_STATE_TERMINATED && l32(rec + O_sv_record_reported_state) == RV_STATE_DRAINING) {
         let dropped = rv_reclaim_k2k(slot);
         rv_publish(RV_EVT_DRAINED, slot, false, 0, s32(cb + O_control_block_inbox_head), RV_NO_INDEX, dropped);

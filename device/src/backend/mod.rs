@@ -140,6 +140,7 @@ pub(crate) trait Executor: Send + Sync {
 
 /// Joins an executor thread, unless the caller is that thread (the last handle of a device can be dropped by
 /// the device's own threads; a thread cannot join itself).
+#[cfg(feature = "wgpu")]
 pub(crate) fn join_executor_thread(thread: std::thread::JoinHandle<()>) {
     if thread.thread().id() != std::thread::current().id() {
         let _ = thread.join();
