@@ -69,4 +69,5 @@ scenarios!(
     significant_any,
     significant_all,
     count_2000,
+    unpaced_storm,
 );

@@ -117,6 +117,7 @@ run(["crash", Id, Reason]) ->
                    _ -> Pid ! {crash, reason(Reason)}
                end
     end, settle();
+run(["storm", Id, N]) -> storm(Id, list_to_integer(N), undefined), settle();
 run(["sleep", Ms]) -> timer:sleep(list_to_integer(Ms));
 run(["terminate_child", Sup, Id]) -> result("terminate_child", Id, catch supervisor:terminate_child(sup(Sup), Id)), settle();
 run(["restart_child", Sup, Id]) -> result("restart_child", Id, catch supervisor:restart_child(sup(Sup), Id)), settle();
@@ -145,6 +146,25 @@ run(["stop"]) ->
         undefined -> out("stop noproc", []);
         P -> unlink(P), exit(P, shutdown), wait_down(P)
     end, settle().
+
+%% An unpaced crash storm: each new incarnation of Id is crashed (abnormal) as soon as it exists, N times, with
+%% no settle between: the next crash waits only for the last one's process to be gone. Ends early when no new
+%% incarnation comes within a second (the supervisor gave up).
+storm(_, 0, _) -> ok;
+storm(Id, N, Last) -> storm(Id, N, Last, erlang:monotonic_time(millisecond) + 1000).
+storm(Id, N, Last, Until) ->
+    case pid_of(Id) of
+        P when is_pid(P), P =/= Last ->
+            M = monitor(process, P),
+            P ! {crash, abnormal},
+            receive {'DOWN', M, _, _, _} -> ok after 5000 -> ok end,
+            storm(Id, N - 1, P);
+        _ ->
+            case erlang:monotonic_time(millisecond) < Until of
+                true -> timer:sleep(1), storm(Id, N, Last, Until);
+                false -> ok
+            end
+    end.
 
 top_id() -> [{top, T}] = ets:lookup(rv, top), T.
 wait_down(P) -> M = monitor(process, P), receive {'DOWN', M, _, _, _} -> ok after 10000 -> out("stop timeout", []) end.

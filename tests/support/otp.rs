@@ -376,6 +376,46 @@ impl Run {
         }
     }
 
+    /// An unpaced crash storm (the oracle's `storm`): each new incarnation of child `id` is crashed
+    /// (abnormal) as soon as the last crash is over, `n` times, never waiting for the supervisor to report
+    /// the restart. A GPU child: `n` failing calls through its handle, each sent once the last one was
+    /// answered (the handle holds a call made while the child restarts for the next incarnation); a host
+    /// child: its next actor crashed as soon as it exists. Ends early once the child is gone for good.
+    async fn storm(&mut self, id: &str, n: u32) {
+        let Some(child) = self.child(id).await else {
+            self.trace.push(format!("no_pid {id}"));
+            return;
+        };
+        let mut last = None;
+        for _ in 0..n {
+            match child.gpu() {
+                Some(gpu) => {
+                    let mut fail = 2u32.to_le_bytes().to_vec();
+                    fail.extend_from_slice(&0u32.to_le_bytes());
+                    if !matches!(gpu.call(&fail, Duration::from_secs(10)).await, Err(SendError::Undelivered { .. })) {
+                        return; // gone: the supervisor gave up
+                    }
+                }
+                None => {
+                    let deadline = Instant::now() + Duration::from_secs(1);
+                    let actor = loop {
+                        match child.actor() {
+                            Some(cell) if Some(cell.get_id()) != last => break cell,
+                            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(1)).await,
+                            _ => return, // no new incarnation: the supervisor gave up
+                        }
+                    };
+                    last = Some(actor.get_id());
+                    let worker: ActorRef<WorkerMsg> = actor.clone().into();
+                    let _ = worker.send_message(WorkerMsg::Exit(ExitReason::Abnormal("abnormal".into())));
+                    while !matches!(actor.get_status(), ringvisor::supervisor::ractor::ActorStatus::Stopped) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn which(&mut self, sup_id: &str) {
         let line = match self.supervisor(sup_id).await {
             None => format!("which {sup_id} noproc"),
@@ -478,6 +518,7 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
         let words: Vec<&str> = action.iter().map(String::as_str).collect();
         match words.as_slice() {
             ["crash", id, reason] => run.crash(id, reason).await,
+            ["storm", id, n] => run.storm(id, n.parse().unwrap()).await,
             ["sleep", ms] => tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await,
             ["which", sup] => run.which(sup).await,
             ["count", sup] => run.count(sup).await,
