@@ -72,13 +72,28 @@ extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
     return rv_load_relaxed_dev_u32(&v->work_summary[index]);
 }
 
-/* Takes the marks of run-set word `word` (the caller holds the word's claim for this call only). The summary bit
- * is cleared before the word's bits are taken, so a mark that lands after either is seen by a later pass. */
-extern "C" uint32_t rv_cpu_take_marked(const rv_grid_view *v, uint32_t word) {
-    rv_fetch_and_u32(&v->work_summary[word >> 5], ~(1u << (word & 31u)));
-    uint32_t bits = rv_exchange_u32(&v->work[word], 0);
-    rv_fence(); /* pairs with rv_cpu_mark_work's: the steps that follow see what a sender published before it looked */
-    return bits;
+/* Takes the mark of one slot of run-set word `word`, the lowest; returns its bit (0 to 31), or 32 when none is
+ * marked. The other marks stay in the run set (the summary bit set again while some are left), so a worker that
+ * then runs a behaviour that never returns strands no other slot: whoever looks next takes them. The summary bit
+ * is cleared before the mark is taken, so a mark that lands after either is seen by a later pass. */
+extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word) {
+    uint32_t *summary = &v->work_summary[word >> 5];
+    uint32_t summary_bit = 1u << (word & 31u);
+    rv_fetch_and_u32(summary, ~summary_bit);
+    uint32_t *marks = &v->work[word];
+    uint32_t bits = rv_load_relaxed_dev_u32(marks);
+    for (;;) {
+        if (bits == 0) return 32;
+        uint32_t lowest = bits & (0u - bits);
+        uint32_t seen = rv_cas_u32(marks, bits, bits & ~lowest);
+        if (seen != bits) {
+            bits = seen;
+            continue;
+        }
+        if (bits != lowest) rv_fetch_or_u32(summary, summary_bit); /* the others are still marked */
+        rv_fence(); /* pairs with rv_cpu_mark_work's: the step that follows sees what a sender published first */
+        return (uint32_t)__builtin_ctz(lowest);
+    }
 }
 
 /* Runs `slot`'s step, its mark taken, unless another worker runs it now. One worker at a time runs a slot (its

@@ -3,11 +3,11 @@
 //! Workers run only slots that have work, found through the device code's *run set* (`rv_mark_work`): a bit
 //! per slot, set by whoever gives the slot work (the host's messages and faults, block 0's commands and
 //! requests, another actor's kernel-to-kernel send) and by a step that left work behind, and a summary bit per
-//! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks; a word is claimed by
-//! one worker at a time while its marks are taken, and each slot's step by one worker at a time (a slot's
-//! claim), so a slot is never run by two workers at once, and a worker stuck in a behaviour that never returns
-//! holds that one slot: the other slots of its word run on the other workers. An idle actor costs nothing: the cost of a pass grows
-//! with the slots that have work, not with the slots that exist. There is no barrier between workers: a
+//! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks. A worker takes one slot's mark at a time (the word's other marks stay in the run set), and each slot's step
+//! runs on one worker at a time (a slot's claim), so a slot is never run by two workers at once, and a worker
+//! stuck in a behaviour that never returns holds that one slot: the other slots of its word run on the other
+//! workers. An idle actor costs nothing: the cost of a pass grows with the slots that have work, not with the
+//! slots that exist. There is no barrier between workers: a
 //! stalled actor only stops its own progress.
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
@@ -64,8 +64,6 @@ struct CpuShared {
     _local: HostRegion,
     _table: Box<[Option<BehaviourFn>]>,
     supervisor_claim: AtomicU32,
-    /// One claim per run-set word (32 slots), held while its marks are taken.
-    word_claims: Box<[AtomicU32]>,
     /// One claim per slot, held while its step runs (a behaviour that never returns holds its slot alone), and
     /// the marks left for a slot's holder (see `rv_cpu_run_slot`).
     slot_claims: Box<[AtomicU32]>,
@@ -125,7 +123,6 @@ impl CpuExecutor {
             return Err(DeviceError::InvalidConfig("cpu backend: the device rejected the grid header".into()));
         }
         let slot_count = header.slot_count;
-        let words = slot_count.div_ceil(SLOTS_PER_WORD);
         // SAFETY: `view` was just created and is valid.
         let summary_words = unsafe { ffi::rv_cpu_summary_words(view) };
         let shared_base = shared.as_ptr();
@@ -135,7 +132,6 @@ impl CpuExecutor {
             _local: local,
             _table: table,
             supervisor_claim: AtomicU32::new(0),
-            word_claims: (0..words).map(|_| AtomicU32::new(0)).collect(),
             slot_claims: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             slot_pending: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             summary_words,
@@ -198,17 +194,16 @@ fn worker(s: &CpuShared, index: usize) {
             while marked != 0 {
                 let word = i as u32 * WORDS_PER_SUMMARY_WORD + marked.trailing_zeros();
                 marked &= marked - 1;
-                let flag = &s.word_claims[word as usize];
-                if !claim(flag) {
-                    continue;
-                }
-                // SAFETY: `word` is a run-set word of this grid (marked in the summary).
-                let mut bits = unsafe { ffi::rv_cpu_take_marked(view, word) };
-                release(flag);
                 let mut replied = 0u32;
-                while bits != 0 {
-                    let b = bits.trailing_zeros();
-                    bits &= bits - 1;
+                // One mark at a time, the others left in the run set: a step that never returns (a behaviour's
+                // endless loop) strands no other slot of the word. At most a word's worth per visit, so a slot
+                // that keeps marking itself does not hold this worker away from block 0 and the other words.
+                for _ in 0..SLOTS_PER_WORD {
+                    // SAFETY: `word` is a run-set word of this grid (marked in the summary).
+                    let b = unsafe { ffi::rv_cpu_take_one_marked(view, word) };
+                    if b >= SLOTS_PER_WORD {
+                        break;
+                    }
                     let slot = word * SLOTS_PER_WORD + b;
                     // SAFETY: `slot` < slot_count (a marked bit of this grid's run set); both arrays have
                     // slot_count atomic words, used by the C side only atomically; the slot's claim makes this
