@@ -175,6 +175,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             init_old_head,
             init_old_failed,
             init_dropped,
+            init_result,
             init_old_processed,
             reserved,
             pending,

@@ -72,19 +72,26 @@ extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
     return rv_load_relaxed_dev_u32(&v->work_summary[index]);
 }
 
-/* Takes the mark of one slot of run-set word `word`, the lowest; returns its bit (0 to 31), or 32 when none is
- * marked. The other marks stay in the run set (the summary bit set again while some are left), so a worker that
- * then runs a behaviour that never returns strands no other slot: whoever looks next takes them. The summary bit
- * is cleared before the mark is taken, so a mark that lands after either is seen by a later pass. */
-extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word) {
+/* Takes the mark of one slot of run-set word `word`, the lowest at or above bit `from` (0 to 31); returns its bit,
+ * or 32 when none is marked there. The other marks stay in the run set (the summary bit set again while some are
+ * left), so a worker that then runs a behaviour that never returns strands no other slot: whoever looks next
+ * takes them. A caller walks a word upwards (`from` = the last bit + 1), so a slot that marks itself again after
+ * each step (a stalled actor) runs once per walk and never starves the slots above it. The summary bit is cleared
+ * before the mark is taken, so a mark that lands after either is seen by a later pass. */
+extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word, uint32_t from) {
+    if (from >= 32) return 32;
     uint32_t *summary = &v->work_summary[word >> 5];
     uint32_t summary_bit = 1u << (word & 31u);
     rv_fetch_and_u32(summary, ~summary_bit);
     uint32_t *marks = &v->work[word];
     uint32_t bits = rv_load_relaxed_dev_u32(marks);
     for (;;) {
-        if (bits == 0) return 32;
-        uint32_t lowest = bits & (0u - bits);
+        uint32_t eligible = bits & (~0u << from);
+        if (eligible == 0) {
+            if (bits != 0) rv_fetch_or_u32(summary, summary_bit); /* marks below `from` stay for a later pass */
+            return 32;
+        }
+        uint32_t lowest = eligible & (0u - eligible);
         uint32_t seen = rv_cas_u32(marks, bits, bits & ~lowest);
         if (seen != bits) {
             bits = seen;

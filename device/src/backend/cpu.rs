@@ -196,14 +196,16 @@ fn worker(s: &CpuShared, index: usize) {
                 marked &= marked - 1;
                 let mut replied = 0u32;
                 // One mark at a time, the others left in the run set: a step that never returns (a behaviour's
-                // endless loop) strands no other slot of the word. At most a word's worth per visit, so a slot
-                // that keeps marking itself does not hold this worker away from block 0 and the other words.
-                for _ in 0..SLOTS_PER_WORD {
+                // endless loop) strands no other slot of the word. Upwards through the word, each slot at most
+                // once per visit, so a slot that keeps marking itself (a stalled actor) starves none above it.
+                let mut from = 0;
+                while from < SLOTS_PER_WORD {
                     // SAFETY: `word` is a run-set word of this grid (marked in the summary).
-                    let b = unsafe { ffi::rv_cpu_take_one_marked(view, word) };
+                    let b = unsafe { ffi::rv_cpu_take_one_marked(view, word, from) };
                     if b >= SLOTS_PER_WORD {
                         break;
                     }
+                    from = b + 1;
                     let slot = word * SLOTS_PER_WORD + b;
                     // SAFETY: `slot` < slot_count (a marked bit of this grid's run set); both arrays have
                     // slot_count atomic words, used by the C side only atomically; the slot's claim makes this
