@@ -98,6 +98,10 @@
 #define RV_DEVICE_STALL 1u /* no block makes progress (block 0's heartbeat stops too) while set */
 #define RV_DEVICE_HALT 2u  /* the persistent kernel stops for good: the device is lost */
 
+/* Values of the grid header's `terminate` (host-written; every block leaves its loop on any nonzero value). */
+#define RV_TERMINATE_LEAVE 1u /* for good */
+#define RV_TERMINATE_PAUSE 2u /* paused: the host relaunches the kernel over the same memory */
+
 /* Result and error codes. 0 = ok; > 0 = failure codes; RV_STALL: "not now, try again later". */
 #define RV_OK 0
 #define RV_STALL (-1)
@@ -274,7 +278,7 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint64_t off_k2k_bulk;    /* local: actor -> actor, bulk_bytes per slot */
 
     /* line 3: host runtime flags. */
-    uint32_t terminate;     /* nonzero: every block leaves its loop (1: for good; 2: paused, relaunched later) */
+    uint32_t terminate;     /* nonzero: every block leaves its loop (RV_TERMINATE_LEAVE, RV_TERMINATE_PAUSE) */
     uint32_t device_faults; /* RV_DEVICE_* bits */
     uint8_t host_reserved[56];
 

@@ -625,8 +625,7 @@ RV_FN int rv_envelope_valid(const rv_grid_view *g, const rv_envelope *e, uint32_
  * behaviour's declared state size), capped at the region; the whole region when the payload is empty. */
 RV_FN uint32_t rv_state_read_len(const rv_grid_view *g, const rv_envelope *msg) {
     if (msg->payload_len < 4 || (msg->flags & RV_FLAG_BULK)) return g->state_bytes;
-    uint32_t wanted = (uint32_t)msg->payload[0] | ((uint32_t)msg->payload[1] << 8) |
-                      ((uint32_t)msg->payload[2] << 16) | ((uint32_t)msg->payload[3] << 24);
+    uint32_t wanted = rv_read_u32(msg->payload);
     return wanted < g->state_bytes ? wanted : g->state_bytes;
 }
 

@@ -107,6 +107,10 @@ pub const RV_FAULT_WEDGE: u32 = 8;
 pub const RV_DEVICE_STALL: u32 = 1;
 /// Device-wide fault bit: the persistent kernel stops for good.
 pub const RV_DEVICE_HALT: u32 = 2;
+/// The grid header's `terminate`: every block leaves its loop for good.
+pub const RV_TERMINATE_LEAVE: u32 = 1;
+/// The grid header's `terminate`: every block leaves; the host relaunches the kernel later (its memory kept).
+pub const RV_TERMINATE_PAUSE: u32 = 2;
 
 /// Result codes shared with the device.
 pub const RV_OK: i32 = 0;

@@ -50,11 +50,6 @@ pub(crate) unsafe fn load_u64(ptr: *mut u64, order: Ordering) -> u64 {
     unsafe { AtomicU64::from_ptr(ptr) }.load(order)
 }
 
-/// `terminate`: every block leaves for good.
-const TERMINATE_LEAVE: u32 = 1;
-/// `terminate`: every block leaves; the host relaunches the kernel later (its memory is kept).
-const TERMINATE_PAUSE: u32 = 2;
-
 impl SharedGrid {
     /// Wraps a shared region whose header has been written by `rv_compute_layout`.
     ///
@@ -329,7 +324,7 @@ impl SharedGrid {
     /// Asks the persistent kernel to leave its loop for good (a pause becomes a terminate).
     pub(crate) fn request_terminate(&self) {
         // SAFETY: aligned, host-owned field of the live header.
-        unsafe { store_u32(addr_of_mut!((*self.header()).terminate), TERMINATE_LEAVE, Ordering::Release) }
+        unsafe { store_u32(addr_of_mut!((*self.header()).terminate), RV_TERMINATE_LEAVE, Ordering::Release) }
     }
 
     /// The header's `terminate` word, shared by the host's threads (only the host writes it; every kernel block
@@ -344,26 +339,26 @@ impl SharedGrid {
     pub(crate) fn request_pause(&self) -> bool {
         let word = self.terminate_word();
         matches!(
-            word.compare_exchange(0, TERMINATE_PAUSE, Ordering::AcqRel, Ordering::Acquire),
-            Ok(_) | Err(TERMINATE_PAUSE)
+            word.compare_exchange(0, RV_TERMINATE_PAUSE, Ordering::AcqRel, Ordering::Acquire),
+            Ok(_) | Err(RV_TERMINATE_PAUSE)
         )
     }
 
     /// Withdraws a pause before a relaunch. False if a terminate replaced it (no relaunch then).
     pub(crate) fn clear_pause(&self) -> bool {
         let word = self.terminate_word();
-        matches!(word.compare_exchange(TERMINATE_PAUSE, 0, Ordering::AcqRel, Ordering::Acquire), Ok(_) | Err(0))
+        matches!(word.compare_exchange(RV_TERMINATE_PAUSE, 0, Ordering::AcqRel, Ordering::Acquire), Ok(_) | Err(0))
     }
 
     /// True while a pause is asked for.
     pub(crate) fn pause_requested(&self) -> bool {
-        self.terminate_word().load(Ordering::Acquire) == TERMINATE_PAUSE
+        self.terminate_word().load(Ordering::Acquire) == RV_TERMINATE_PAUSE
     }
 
     /// True once the kernel is asked to leave for good: terminate requested, or the device halted.
     pub(crate) fn terminate_requested(&self) -> bool {
         let h = self.header();
-        self.terminate_word().load(Ordering::Acquire) == TERMINATE_LEAVE
+        self.terminate_word().load(Ordering::Acquire) == RV_TERMINATE_LEAVE
             // SAFETY: aligned field of the live header.
             || unsafe { load_u32(addr_of_mut!((*h).device_faults), Ordering::Acquire) } & RV_DEVICE_HALT != 0
     }

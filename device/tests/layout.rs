@@ -265,6 +265,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_FAULT_WEDGE,
             RV_DEVICE_STALL,
             RV_DEVICE_HALT,
+            RV_TERMINATE_LEAVE,
+            RV_TERMINATE_PAUSE,
             RV_OK,
             RV_STALL,
             RV_ERR_SLOT_RANGE,

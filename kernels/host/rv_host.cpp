@@ -99,7 +99,7 @@ extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word,
         }
         if (bits != lowest) rv_fetch_or_u32(summary, summary_bit); /* the others are still marked */
         rv_fence(); /* pairs with rv_cpu_mark_work's: the step that follows sees what a sender published first */
-        return (uint32_t)__builtin_ctz(lowest);
+        return rv_ctz_u32(lowest);
     }
 }
 
@@ -128,8 +128,8 @@ extern "C" uint32_t rv_cpu_run_slot(const rv_grid_view *v, uint32_t slot, uint32
     return out;
 }
 
-/* Claims for the worker pool (block 0's, and one per run-set word, held while a word's marks are taken). Done
- * here, in the instrumented code, so that ThreadSanitizer sees the happens-before edge between two workers. */
+/* The claim of block 0 for the worker pool: one worker steps block 0 at a time. Done here, in the instrumented
+ * code, so that ThreadSanitizer sees the happens-before edge between two workers. */
 extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
 extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
 

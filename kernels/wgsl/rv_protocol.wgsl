@@ -1078,12 +1078,13 @@ fn rv_sv_granted_restart(slot: u32, tail: u32) {
 fn rv_sv_attend(slot: u32) {
     let cb = cb_at(slot);
     let rec = sv_at(slot);
-    let pending = l32(rec + O_sv_record_pending_op);
+    var pending = l32(rec + O_sv_record_pending_op);
     if (pending == RV_OP_INIT) {
         if (s32(cb + O_control_block_state) == RV_STATE_INITIALIZING) { return; }
         rv_sv_init_done(slot); // then a failure of the new incarnation, below
+        pending = RV_OP_NONE;
     }
-    if (l32(rec + O_sv_record_pending_op) != RV_OP_NONE && s32(cb + O_control_block_request_ack) == s32(cb + O_control_block_request_seq)) {
+    if (pending != RV_OP_NONE && s32(cb + O_control_block_request_ack) == s32(cb + O_control_block_request_seq)) {
         load_cmd_from_l(rec + O_sv_record_pending);
         let state = s32(cb + O_control_block_state);
         l32w(rec + O_sv_record_pending_op, RV_OP_NONE);

@@ -239,10 +239,8 @@ async fn execute(cli: Cli, setup: Setup) -> ExitCode {
     if let Some(backend) = &cli.backend {
         device = device.backend(backend.clone());
     }
-    let behaviours = device.behaviours.clone();
     // Where a declared tree starts: `cli.devices` devices, of `--slots` slots each if given.
     let on = |slots: Option<u32>| Devices {
-        behaviours: &behaviours,
         config: slots.map_or_else(|| device.clone(), |slots| device.clone().slots(slots)),
         count: cli.devices,
     };
@@ -395,10 +393,6 @@ async fn demo(
     Ok(if summary.nothing_lost() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn loader(behaviours: &BehaviourSet) -> SpecLoader {
-    SpecLoader::new().behaviours(behaviours.names().map(str::to_string))
-}
-
 /// Printed after errors that name an unknown behaviour.
 const REGISTER_HINT: &str = "hint: a behaviour of your own is compiled with `ringvisor-build`, registered in a \
 `BehaviourSet`, and the command run from your own binary with `ringvisor::app::command::main_with(config)` \
@@ -406,7 +400,7 @@ const REGISTER_HINT: &str = "hint: a behaviour of your own is compiled with `rin
 
 /// Loads `tree` as `devices` would start it (behaviours, device count, slots), and prints it as a table, or
 /// every error with its location.
-fn check(devices: Devices<'_>, tree: PathBuf) -> Result<ExitCode, BoxError> {
+fn check(devices: Devices, tree: PathBuf) -> Result<ExitCode, BoxError> {
     match devices.loader().load_file(&tree) {
         Ok(spec) => {
             print!("{}: ok\n{}", tree.display(), super::tree_table::tree_table(&spec));
@@ -427,18 +421,20 @@ fn needs_register_hint(errors: &SpecErrors) -> bool {
     errors.0.iter().any(|e| e.message.starts_with("unknown behaviour") && !e.message.contains("did you mean"))
 }
 
-/// What a declared tree starts on: the behaviours its device code has, and its devices.
-struct Devices<'a> {
-    behaviours: &'a BehaviourSet,
+/// What a declared tree starts on: its devices, with the behaviours their device code has.
+struct Devices {
     /// Each device's configuration (on CUDA, device `i` is GPU `i`).
     config: DeviceConfig,
     count: u32,
 }
 
-impl Devices<'_> {
+impl Devices {
     /// A loader that checks a tree against these devices: behaviours, device indices, slots.
     fn loader(&self) -> SpecLoader {
-        loader(self.behaviours).devices(self.count as usize).slots(self.config.slots)
+        SpecLoader::new()
+            .behaviours(self.config.behaviours.names().map(str::to_string))
+            .devices(self.count as usize)
+            .slots(self.config.slots)
     }
 
     /// Loads the tree of `tree` (checked against these devices) and starts it.
@@ -447,9 +443,8 @@ impl Devices<'_> {
             let hint = if needs_register_hint(&errors) { format!("\n{REGISTER_HINT}") } else { String::new() };
             format!("{errors}{hint}")
         })?;
-        let device = self.config.clone().behaviours(self.behaviours.clone());
         let configs = (0..self.count).map(|i| {
-            let mut config = device.clone();
+            let mut config = self.config.clone();
             if let Backend::Cuda(cuda) = &mut config.backend {
                 cuda.ordinal = i as i32;
             }
@@ -475,7 +470,7 @@ fn tree_summary(monitor: &mut Monitor, rt: &Runtime, output: Output) {
 }
 
 async fn run_tree(
-    devices: Devices<'_>,
+    devices: Devices,
     tree: PathBuf,
     duration: Option<Duration>,
     output: Output,
@@ -498,7 +493,7 @@ async fn run_tree(
 /// the duration or the tree's end.
 #[cfg(feature = "cluster")]
 async fn run_node(
-    devices: Devices<'_>,
+    devices: Devices,
     tree: PathBuf,
     config: crate::cluster::NodeConfig,
     peers: Vec<String>,
@@ -543,7 +538,7 @@ async fn tree_ended(rt: &Runtime, output: Output) -> ExitCode {
 }
 
 async fn chaos(
-    devices: Devices<'_>,
+    devices: Devices,
     tree: PathBuf,
     seed: u64,
     rate: f64,

@@ -15,11 +15,16 @@ impl SupervisorSpec {
     pub fn validate(&self) -> Result<(), SupervisorError> {
         let mut problems = Vec::new();
         check_tree(self, "supervisor", &mut problems);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(SupervisorError::InvalidSpec(problems.join("; ")))
-        }
+        reported(problems)
+    }
+}
+
+/// `Ok` without problems, else every problem in one [`SupervisorError::InvalidSpec`].
+fn reported(problems: Vec<String>) -> Result<(), SupervisorError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(SupervisorError::InvalidSpec(problems.join("; ")))
     }
 }
 
@@ -29,11 +34,7 @@ impl SupervisorSpec {
     pub fn validate_devices(&self, devices: usize) -> Result<(), SupervisorError> {
         let mut problems = Vec::new();
         check_devices(self, "supervisor", devices, &mut problems);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(SupervisorError::InvalidSpec(problems.join("; ")))
-        }
+        reported(problems)
     }
 }
 
@@ -46,11 +47,7 @@ impl SupervisorSpec {
         let mut problems = Vec::new();
         check_devices(self, "supervisor", device_slots.len(), &mut problems);
         check_capacity(self, "supervisor", device_slots, &mut problems);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(SupervisorError::InvalidSpec(problems.join("; ")))
-        }
+        reported(problems)
     }
 }
 
@@ -66,7 +63,8 @@ struct GpuCount {
 pub(crate) fn check_capacity(spec: &SupervisorSpec, path: &str, device_slots: &[u32], problems: &mut Vec<String>) {
     let mut count = GpuCount::default();
     count_gpu_children(spec, path, device_slots, &mut count, problems);
-    let fix = "give the devices more slots (`DeviceConfig::slots`; the command's `--slots`), run on more devices                (`--devices`) or declare fewer GPU children";
+    let fix = "give the devices more slots (`DeviceConfig::slots`; the command's `--slots`), run on more devices \
+               (`--devices`) or declare fewer GPU children";
     let mut pinned: Vec<_> = count.pinned.iter().collect();
     pinned.sort_unstable();
     for (&device, &n) in pinned {

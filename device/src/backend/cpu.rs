@@ -3,12 +3,12 @@
 //! Workers run only slots that have work, found through the device code's *run set* (`rv_mark_work`): a bit
 //! per slot, set by whoever gives the slot work (the host's messages and faults, block 0's commands and
 //! requests, another actor's kernel-to-kernel send) and by a step that left work behind, and a summary bit per
-//! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks. A worker takes one slot's mark at a time (the word's other marks stay in the run set), and each slot's step
-//! runs on one worker at a time (a slot's claim), so a slot is never run by two workers at once, and a worker
-//! stuck in a behaviour that never returns holds that one slot: the other slots of its word run on the other
-//! workers. An idle actor costs nothing: the cost of a pass grows with the slots that have work, not with the
-//! slots that exist. There is no barrier between workers: a
-//! stalled actor only stops its own progress.
+//! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks. A worker takes one
+//! slot's mark at a time (the word's other marks stay in the run set), and each slot's step runs on one worker
+//! at a time (a slot's claim), so a slot is never run by two workers at once, and a worker stuck in a behaviour
+//! that never returns holds that one slot: the other slots of its word run on the other workers. An idle actor
+//! costs nothing: the cost of a pass grows with the slots that have work, not with the slots that exist. There
+//! is no barrier between workers: a stalled actor only stops its own progress.
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.

@@ -152,24 +152,22 @@ pub(crate) const WORKER_EXIT_WAIT: std::time::Duration = std::time::Duration::fr
 
 /// Joins `thread` if it leaves by `deadline`; otherwise abandons it (a worker stuck in a behaviour that never
 /// returns): the shutdown does not hang, and what the worker uses stays allocated, since the worker holds it.
-/// Returns false if it was abandoned.
-pub(crate) fn join_executor_thread_by(thread: std::thread::JoinHandle<()>, deadline: std::time::Instant) -> bool {
+pub(crate) fn join_executor_thread_by(thread: std::thread::JoinHandle<()>, deadline: std::time::Instant) {
     if thread.thread().id() == std::thread::current().id() {
-        return true;
+        return;
     }
     while !thread.is_finished() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    if !thread.is_finished() {
+    if thread.is_finished() {
+        let _ = thread.join();
+    } else {
         tracing::error!(
             thread = thread.thread().name().unwrap_or("?"),
             "an executor worker did not leave (stuck in a behaviour that never returns?): abandoned, its device's \
              memory kept for it"
         );
-        return false;
     }
-    let _ = thread.join();
-    true
 }
 
 /// Computes the layout for `params` (the C function both backends share) and returns the header to write.

@@ -105,8 +105,7 @@ impl DeviceInner {
         }
         // Alive: block 0 beat, carried out a command or published an event since the last look, or the executor
         // is paused on purpose (its heartbeat stands still while another device of the GPU loads its module).
-        let (beat, commands, events) = self.grid.block0_counters();
-        let progress = (beat, commands, events);
+        let progress = self.grid.block0_counters();
         if progress != st.progress || self.executor.paused() {
             st.progress = progress;
             self.last_beat_ns.store(now.as_nanos() as u64, Ordering::Release);

@@ -157,9 +157,12 @@ impl SpecLoader {
 
 /// Stands in for a child that could not be read (the load fails anyway): unique id, nothing to check.
 fn placeholder(path: &str) -> ChildSpec {
-    ChildSpec::actor(format!("<invalid {path}>"), |_ctx: crate::child::StartContext| async {
-        Err("invalid child spec".to_string())
-    })
+    never_starts(format!("<invalid {path}>"))
+}
+
+/// A child `id` whose every start fails: stands in for one the load reports as unusable (the load fails anyway).
+fn never_starts(id: String) -> ChildSpec {
+    ChildSpec::actor(id, |_ctx: crate::child::StartContext| async { Err("invalid child spec".to_string()) })
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -478,8 +481,7 @@ impl Walker<'_> {
                 let name = self.string(t, "actor", path)?;
                 match self.loader.actors.get(name) {
                     Some(f) => {
-                        let mut spec =
-                            ChildSpec::actor(id, |_ctx: crate::child::StartContext| async { Err(String::new()) });
+                        let mut spec = never_starts(id);
                         spec.start = ChildStart::Actor(f.clone());
                         spec
                     }
@@ -491,10 +493,7 @@ impl Walker<'_> {
                             &format!("{path}.actor"),
                             format!("unknown actor \"{name}\" ({hint}known: {})", names.join(", ")),
                         );
-                        // kept under its id, so its id and name are checked too
-                        ChildSpec::actor(id, |_ctx: crate::child::StartContext| async {
-                            Err("unknown actor".to_string())
-                        })
+                        never_starts(id) // kept under its id, so its id and name are checked too
                     }
                 }
             }

@@ -165,15 +165,15 @@ pub(crate) fn release(driver: &Arc<dyn Driver>, mut res: Resources) {
             // Other devices' kernels may run (a device restart opens the new device before the old one is
             // dropped): free while they are paused, or defer if one does not pause.
             let kernels = kernels(res.key);
-            let slot = Mutex::new(Some(res));
+            let mut res = Some(res); // freed by the quiesce, or kept for later if it fails
             let freed = kernels.quiesced(PAUSE_WAIT, || {
-                if let Some(r) = lock(&slot).take() {
+                if let Some(r) = res.take() {
                     free_now(driver.as_ref(), r);
                 }
             });
             if let Err(e) = freed {
                 tracing::warn!(error = %e, "cuda release deferred until no persistent kernel of the context runs");
-                if let Some(r) = lock(&slot).take() {
+                if let Some(r) = res.take() {
                     with_book(r.key, |book| book.deferred.push(r));
                 }
             }
