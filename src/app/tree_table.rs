@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::supervisor::{ChildSpec, ChildStart, Placement, Shutdown, SupervisorSpec};
+use crate::supervisor::{ChildSpec, ChildStart, SupervisorSpec};
 
 /// The table of `spec`, a header row first, then a summary line (children by kind; the GPU slots the tree
 /// takes when it starts).
@@ -60,10 +60,7 @@ fn add_children(spec: &SupervisorSpec, depth: usize, rows: &mut Vec<[String; 6]>
                 if !dynamic {
                     count.gpu += 1;
                 }
-                let mut place = match g.wanted_placement() {
-                    Placement::Device(d) => format!("device {d}"),
-                    other => snake(&other),
-                };
+                let mut place = g.wanted_placement().label();
                 if let Some(slot) = g.wanted_slot() {
                     let _ = write!(place, ", slot {slot}");
                 }
@@ -85,7 +82,7 @@ fn add_children(spec: &SupervisorSpec, depth: usize, rows: &mut Vec<[String; 6]>
             id,
             starts,
             restart(child),
-            shutdown(child.shutdown),
+            child.shutdown.label(),
             child.name.clone().unwrap_or("-".into()),
             place,
         ]);
@@ -97,16 +94,16 @@ fn add_children(spec: &SupervisorSpec, depth: usize, rows: &mut Vec<[String; 6]>
 
 /// `supervisor one_for_one, 3 in 5s` (its strategy and restart intensity).
 fn supervisor_kind(spec: &SupervisorSpec) -> String {
-    let mut kind = format!("supervisor {}, {} in {:?}", snake(&spec.strategy), spec.intensity, spec.period);
+    let mut kind = format!("supervisor {}, {} in {:?}", spec.strategy.label(), spec.intensity, spec.period);
     if spec.auto_shutdown != Default::default() {
-        let _ = write!(kind, ", auto_shutdown {}", snake(&spec.auto_shutdown));
+        let _ = write!(kind, ", auto_shutdown {}", spec.auto_shutdown.label());
     }
     kind
 }
 
 /// The restart type, and what else changes a restart: significant, backoff.
 fn restart(child: &ChildSpec) -> String {
-    let mut r = snake(&child.restart);
+    let mut r = child.restart.label().to_string();
     if child.significant {
         r.push_str(", significant");
     }
@@ -114,25 +111,6 @@ fn restart(child: &ChildSpec) -> String {
         let _ = write!(r, ", backoff {:?} to {:?}", b.initial, b.max);
     }
     r
-}
-
-fn shutdown(s: Shutdown) -> String {
-    match s {
-        Shutdown::Timeout(d) => format!("{} ms", d.as_millis()),
-        other => snake(&other),
-    }
-}
-
-/// A policy value of a unit variant as its TOML spelling: `OneForOne` as `one_for_one`.
-fn snake(value: &impl std::fmt::Debug) -> String {
-    let mut out = String::new();
-    for (i, c) in format!("{value:?}").chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
 }
 
 #[cfg(test)]

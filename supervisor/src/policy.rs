@@ -139,3 +139,47 @@ impl Strategy {
         }
     }
 }
+
+impl Restart {
+    /// OTP's name for it: `permanent`, `transient`, `temporary`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Restart::Permanent => "permanent",
+            Restart::Transient => "transient",
+            Restart::Temporary => "temporary",
+        }
+    }
+}
+
+impl AutoShutdown {
+    /// OTP's name for it: `never`, `any_significant`, `all_significant`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AutoShutdown::Never => "never",
+            AutoShutdown::AnySignificant => "any_significant",
+            AutoShutdown::AllSignificant => "all_significant",
+        }
+    }
+}
+
+impl Shutdown {
+    /// As a TOML spec writes it: `brutal_kill`, `infinity`, or the timeout in milliseconds (`5000 ms`).
+    pub fn label(self) -> String {
+        match self {
+            Shutdown::BrutalKill => "brutal_kill".into(),
+            Shutdown::Timeout(d) => format!("{} ms", d.as_millis()),
+            Shutdown::Infinity => "infinity".into(),
+        }
+    }
+}
+
+impl Placement {
+    /// As a TOML spec writes it: `fewest_in_use`, `round_robin`, or `device N`.
+    pub fn label(self) -> String {
+        match self {
+            Placement::FewestInUse => "fewest_in_use".into(),
+            Placement::RoundRobin => "round_robin".into(),
+            Placement::Device(d) => format!("device {d}"),
+        }
+    }
+}

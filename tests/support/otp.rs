@@ -150,6 +150,13 @@ impl Actor for TestWorker {
 }
 
 const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+/// A `test` behaviour message that fails the actor (op 2, code 0: RV_ERR_USER_BASE).
+fn fail_msg() -> Vec<u8> {
+    let mut fail = 2u32.to_le_bytes().to_vec();
+    fail.extend_from_slice(&0u32.to_le_bytes());
+    fail
+}
+
 /// An init failure code for the `test` behaviour (any positive code fails the init).
 const INIT_FAILS: u32 = 1001;
 
@@ -357,9 +364,7 @@ impl Run {
                 let device = self.device.as_ref().unwrap();
                 match exit {
                     ExitReason::Abnormal(_) => {
-                        let mut fail = 2u32.to_le_bytes().to_vec();
-                        fail.extend_from_slice(&0u32.to_le_bytes());
-                        gpu.send(&fail).unwrap();
+                        gpu.send(&fail_msg()).unwrap();
                     }
                     ExitReason::Normal => drop(device.drain(gpu.slot()).unwrap()),
                     ExitReason::Killed => drop(device.kill(gpu.slot()).unwrap()),
@@ -390,9 +395,10 @@ impl Run {
         for _ in 0..n {
             match child.gpu() {
                 Some(gpu) => {
-                    let mut fail = 2u32.to_le_bytes().to_vec();
-                    fail.extend_from_slice(&0u32.to_le_bytes());
-                    if !matches!(gpu.call(&fail, Duration::from_secs(10)).await, Err(SendError::Undelivered { .. })) {
+                    if !matches!(
+                        gpu.call(&fail_msg(), Duration::from_secs(10)).await,
+                        Err(SendError::Undelivered { .. })
+                    ) {
                         return; // gone: the supervisor gave up
                     }
                 }
@@ -408,7 +414,12 @@ impl Run {
                     last = Some(actor.get_id());
                     let worker: ActorRef<WorkerMsg> = actor.clone().into();
                     let _ = worker.send_message(WorkerMsg::Exit(ExitReason::Abnormal("abnormal".into())));
+                    // as the oracle's storm: the next crash waits for this one's process to be gone (5 s at most)
+                    let gone_by = Instant::now() + Duration::from_secs(5);
                     while !matches!(actor.get_status(), ringvisor::supervisor::ractor::ActorStatus::Stopped) {
+                        if Instant::now() > gone_by {
+                            return;
+                        }
                         tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 }

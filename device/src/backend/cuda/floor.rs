@@ -6,12 +6,11 @@
 //!
 //! Runs on the real driver and on the emulated one (whose floor is its cost model of mapped memory).
 
-use super::driver::{Driver, KernelArgs, Launch};
-use super::{book, driver_err, image, quiesce::PAUSE_WAIT, source, CudaConfig, CudaDriver};
+use super::driver::{KernelArgs, Launch};
+use super::{book, driver_err, image, quiesce::PAUSE_WAIT, source, CudaConfig};
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The host stores this into the request word to stop the answering thread early.
@@ -33,15 +32,7 @@ pub struct FloorReport {
 /// Measures `samples` ping-pong round trips and `samples / 4` launches on the GPU `config` names (its
 /// ordinal and driver). Fails with a clear error without a driver, or if the GPU does not answer.
 pub fn measure(config: &CudaConfig, samples: usize) -> Result<FloorReport, DeviceError> {
-    let driver: Arc<dyn Driver> = match &config.driver {
-        CudaDriver::Real => {
-            if !super::driver_available() {
-                return Err(DeviceError::BackendUnavailable("no CUDA driver (libcuda.so) found".into()));
-            }
-            Arc::new(super::real::CudarcDriver)
-        }
-        CudaDriver::Emulated(d) => Arc::new(d.clone()),
-    };
+    let driver = config.driver.open()?;
     let d = driver.as_ref();
     let ordinal = config.ordinal;
     let gpu = d.gpu(ordinal).map_err(driver_err)?;

@@ -78,6 +78,19 @@ pub enum CudaDriver {
     Emulated(EmulatedDriver),
 }
 
+impl CudaDriver {
+    /// The driver to call: the NVIDIA one if `libcuda.so` is found (else a clear error), or the emulated one.
+    fn open(&self) -> Result<Arc<dyn Driver>, DeviceError> {
+        match self {
+            CudaDriver::Real if !driver_available() => Err(DeviceError::BackendUnavailable(
+                "no CUDA driver (libcuda.so) found; use the CPU backend on this machine".into(),
+            )),
+            CudaDriver::Real => Ok(Arc::new(real::CudarcDriver)),
+            CudaDriver::Emulated(d) => Ok(Arc::new(d.clone())),
+        }
+    }
+}
+
 /// Settings of the CUDA backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaConfig {
@@ -202,17 +215,7 @@ impl CudaExecutor {
         if config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cuda backend: budget must be > 0".into()));
         }
-        let driver: Arc<dyn Driver> = match &config.driver {
-            CudaDriver::Real => {
-                if !driver_available() {
-                    return Err(DeviceError::BackendUnavailable(
-                        "no CUDA driver (libcuda.so) found; use the CPU backend on this machine".into(),
-                    ));
-                }
-                Arc::new(real::CudarcDriver)
-            }
-            CudaDriver::Emulated(d) => Arc::new(d.clone()),
-        };
+        let driver = config.driver.open()?;
         let ordinal = config.ordinal;
         let gpu = driver.gpu(ordinal).map_err(driver_err)?;
         if !gpu.cooperative {
