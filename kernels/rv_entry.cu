@@ -66,7 +66,6 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
  * it into resp[0], both in mapped memory, with the protocol's own system-scope loads and stores: the least a
  * round trip between the host and a persistent kernel can cost on this machine. n answers, or until the host
  * stores RV_FLOOR_STOP. */
-#define RV_FLOOR_STOP 0xFFFFFFFFu
 RV_STEP_API void rv_floor_thread(const uint32_t *req, uint32_t *resp, uint32_t n) {
     for (uint32_t i = 1; i <= n; ++i) {
         uint32_t seen;

@@ -102,6 +102,9 @@
 #define RV_TERMINATE_LEAVE 1u /* for good */
 #define RV_TERMINATE_PAUSE 2u /* paused: the host relaunches the kernel over the same memory */
 
+/* The floor probe (rv_floor_thread): the host stores this as the request to stop the answering thread early. */
+#define RV_FLOOR_STOP 0xFFFFFFFFu
+
 /* Result and error codes. 0 = ok; > 0 = failure codes; RV_STALL: "not now, try again later". */
 #define RV_OK 0
 #define RV_STALL (-1)

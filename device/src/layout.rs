@@ -111,6 +111,8 @@ pub const RV_DEVICE_HALT: u32 = 2;
 pub const RV_TERMINATE_LEAVE: u32 = 1;
 /// The grid header's `terminate`: every block leaves; the host relaunches the kernel later (its memory kept).
 pub const RV_TERMINATE_PAUSE: u32 = 2;
+/// The floor probe's request that stops its answering thread early.
+pub const RV_FLOOR_STOP: u32 = 0xFFFF_FFFF;
 
 /// Result codes shared with the device.
 pub const RV_OK: i32 = 0;

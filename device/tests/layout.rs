@@ -267,6 +267,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_DEVICE_HALT,
             RV_TERMINATE_LEAVE,
             RV_TERMINATE_PAUSE,
+            RV_FLOOR_STOP,
             RV_OK,
             RV_STALL,
             RV_ERR_SLOT_RANGE,

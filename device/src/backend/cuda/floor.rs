@@ -10,11 +10,10 @@ use super::driver::{KernelArgs, Launch};
 use super::{book, driver_err, image, quiesce::PAUSE_WAIT, source, CudaConfig};
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
+use crate::layout::RV_FLOOR_STOP;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The host stores this into the request word to stop the answering thread early.
-const STOP: u32 = u32::MAX;
 /// Longest wait for one answer before the probe gives up (a GPU that does not answer).
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
@@ -80,7 +79,7 @@ pub fn measure(config: &CudaConfig, samples: usize) -> Result<FloorReport, Devic
                 std::hint::spin_loop();
             }
             if !answered {
-                req.store(STOP, Ordering::Release);
+                req.store(RV_FLOOR_STOP, Ordering::Release);
                 break;
             }
             ping_pong_ns.push(t0.elapsed().as_nanos() as u64);
