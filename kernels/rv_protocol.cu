@@ -4,6 +4,10 @@
  * Compiled by NVRTC (CUDA) and by the host C++ compiler (CPU backend). See docs/protocol.md for the state
  * machine and the layout table, and rv_layout.h for the shared structures.
  *
+ * Over 600 lines: it is mirrored function by function by wgsl/rv_protocol.wgsl, and the two are to be split
+ * together along the same seams (addressing and bulk, the behaviour API, the actor step, block 0) with a test
+ * that keeps them in step (issue 34); split alone, the mirror would be harder to keep, not easier.
+ *
  * Ownership rules, which every function below keeps:
  *   - the host writes the host lines of the control block and the producer indices of the inbox and command
  *     ring, and the consumer indices of the outbox and event ring; nothing else;

@@ -1,4 +1,5 @@
 // rv_protocol.wgsl - the device protocol in WGSL: block 0's supervisor step and the actors' step, ported from
+// (Over 600 lines: split together with rv_protocol.cu along the same seams, issue 34; see its header.)
 // kernels/rv_protocol.cu (the reference: same state machine, same validation, same events; read the comments
 // there for the why of each step). Differences, all forced by WebGPU:
 //   - regions are arrays of atomic words addressed by byte offsets (rv_port.wgsl); the offsets of the areas are
