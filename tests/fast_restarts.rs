@@ -364,7 +364,8 @@ async fn a_supervisor_starts_its_gpu_children_as_one_batch_and_a_failed_one_stop
 /// `count` crashes of one child in a row, unpaced: each call poisons the actor and waits only for its own
 /// answer (handed back, reason poison), never for the restart. OTP counts every one of them: with intensity
 /// `count - 1`, the last makes the supervisor give up, whatever the timing of block 0's restarts by grant.
-async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, Vec<String>) {
+/// Returns how the runtime ended, each call's answer, and the tree events seen.
+async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, Vec<String>, Vec<String>) {
     let spec =
         SupervisorSpec::new(Strategy::OneForOne).intensity(count - 1, Duration::from_secs(5)).child(gpu("storm"));
     let rt = Runtime::builder().device(device).root_id("root").start(spec).await.unwrap();
@@ -398,17 +399,16 @@ async fn unpaced_crash_storm(device: DeviceConfig, count: u32) -> (RuntimeEnd, V
             count - 1
         )
     };
-    answers.extend(seen.into_iter().map(|e| format!("event {e}")));
-    (end, answers)
+    (end, answers, seen)
 }
 
 /// 20 storms of 4 crashes (intensity 3) and 5 of 11 (intensity 10), each ending in the supervisor giving up.
 async fn every_storm_gives_up(device: impl Fn() -> DeviceConfig) {
     for (run, crashes) in (0..20).map(|run| (run, 4)).chain((20..25).map(|run| (run, 11))) {
-        let (end, answers) = unpaced_crash_storm(device(), crashes).await;
-        let calls = &answers[..crashes as usize];
-        assert!(calls.iter().all(|a| a.contains("Poison")), "run {run}: {answers:#?}");
-        assert!(matches!(end, RuntimeEnd::RootEnded { gave_up: true, .. }), "run {run}: {end}; {answers:#?}");
+        let (end, answers, events) = unpaced_crash_storm(device(), crashes).await;
+        assert!(answers.iter().all(|a| a.contains("Poison")), "run {run}: {answers:#?}; {events:#?}");
+        let gave_up = matches!(end, RuntimeEnd::RootEnded { gave_up: true, .. });
+        assert!(gave_up, "run {run}: {end}; {answers:#?}; {events:#?}");
     }
 }
 

@@ -49,9 +49,8 @@ impl fmt::Display for RuntimeEnd {
 /// What the top supervisor's events said so far.
 struct Fold {
     root_id: String,
-    root_gave_up: bool,
-    /// The root's child named by the root's `IntensityReached`.
-    root_failing_child: Option<String>,
+    /// The root gave up: its child named by the root's `IntensityReached`.
+    root_gave_up_on: Option<String>,
     root_exit: Option<ExitReason>,
     top_gave_up: bool,
     top_auto_shutdown: bool,
@@ -59,14 +58,7 @@ struct Fold {
 
 impl Fold {
     fn new(root_id: String) -> Self {
-        Self {
-            root_id,
-            root_gave_up: false,
-            root_failing_child: None,
-            root_exit: None,
-            top_gave_up: false,
-            top_auto_shutdown: false,
-        }
+        Self { root_id, root_gave_up_on: None, root_exit: None, top_gave_up: false, top_auto_shutdown: false }
     }
 
     /// Takes one event; the end once the top supervisor has stopped.
@@ -74,15 +66,13 @@ impl Fold {
         match event {
             TreeEvent::IntensityReached { supervisor, .. } if supervisor == TOP_SUPERVISOR => self.top_gave_up = true,
             TreeEvent::IntensityReached { supervisor, child } if supervisor == self.root_id => {
-                self.root_gave_up = true;
-                self.root_failing_child = Some(child);
+                self.root_gave_up_on = Some(child);
             }
             // A new incarnation of the root (after a device restart) starts with a clean record.
             TreeEvent::ChildStarted { supervisor, child, .. }
                 if supervisor == TOP_SUPERVISOR && child == self.root_id =>
             {
-                self.root_gave_up = false;
-                self.root_failing_child = None;
+                self.root_gave_up_on = None;
                 self.root_exit = None;
             }
             TreeEvent::ChildExited { supervisor, child, reason, .. }
@@ -104,7 +94,8 @@ impl Fold {
             RuntimeEnd::DeviceGaveUp
         } else if self.top_auto_shutdown {
             let reason = self.root_exit.clone().unwrap_or(ExitReason::Normal);
-            RuntimeEnd::RootEnded { gave_up: self.root_gave_up, reason, child: self.root_failing_child.clone() }
+            let child = self.root_gave_up_on.clone();
+            RuntimeEnd::RootEnded { gave_up: child.is_some(), reason, child }
         } else {
             RuntimeEnd::Shutdown
         }
