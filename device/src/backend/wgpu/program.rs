@@ -9,7 +9,15 @@ use crate::error::DeviceError;
 use crate::ffi::{rv_layout_report, LayoutEntry};
 
 const PORT: &str = include_str!("../../../../kernels/wgsl/rv_port.wgsl");
-const PROTOCOL: &str = include_str!("../../../../kernels/wgsl/rv_protocol.wgsl");
+/// The protocol's parts, in the order the program concatenates them (`kernels/wgsl/rv_protocol.wgsl` says what
+/// each holds and how the port differs from the C code).
+const PROTOCOL: [&str; 5] = [
+    include_str!("../../../../kernels/wgsl/protocol/view.wgsl"),
+    include_str!("../../../../kernels/wgsl/protocol/api.wgsl"),
+    include_str!("../../../../kernels/wgsl/protocol/actor.wgsl"),
+    include_str!("../../../../kernels/wgsl/protocol/block0.wgsl"),
+    include_str!("../../../../kernels/wgsl/protocol/entry.wgsl"),
+];
 
 const F64: &str = include_str!("../../../../kernels/wgsl/rv_f64.wgsl");
 
@@ -155,7 +163,7 @@ pub(crate) fn source(set: &BehaviourSet, f64: bool) -> String {
     let behaviours = wgsl_behaviours(set, f64);
     let mut out = prelude();
     out.push_str(PORT);
-    out.push_str(PROTOCOL);
+    PROTOCOL.iter().for_each(|part| out.push_str(part));
     if f64 {
         out.push_str(F64);
     }
@@ -269,7 +277,8 @@ mod tests {
         // Identifiers shaped like generated names (O_*, W_*, SZ_*, RV_*) must be defined by the prelude or by the
         // WGSL sources themselves: nothing restates a layout by hand.
         let prelude = prelude();
-        let mut sources = vec![PORT, PROTOCOL, F64];
+        let mut sources = vec![PORT, F64];
+        sources.extend(PROTOCOL);
         sources.extend(WGSL_BEHAVIOURS.iter().map(|(_, _, source)| *source));
         let defined_here: String = sources.concat();
         for source in &sources {
