@@ -5,8 +5,8 @@
 //! around the area's end, 16-byte aligned. The same arithmetic as `rv_bulk_reserve` / `rv_bulk_at` in
 //! `kernels/rv_protocol.cu`; the device checks every reference the host writes, and the host every one it reads.
 
-use crate::device::at_or_after;
 use crate::layout::{RawBulkRef, RawEnvelope, RV_FLAG_BULK};
+use crate::ring;
 
 /// Reserves `len` bytes (non-zero, at most `size`) in an area of `size` bytes whose producer counter is `tail`
 /// and consumer counter `head`: the new producer counter (the reference's `end`), or `None` while there is no
@@ -19,7 +19,7 @@ pub(crate) fn reserve(size: u32, tail: u32, head: u32, len: u32) -> Option<u32> 
         start = start.wrapping_add(size - 1) & !(size - 1);
     }
     let end = start.wrapping_add(len);
-    (end.wrapping_sub(head) <= size || head == tail).then_some(end)
+    (ring::distance(head, end) <= size || head == tail).then_some(end)
 }
 
 /// The bulk reference of a large envelope, if it is one.
@@ -52,7 +52,7 @@ pub(crate) fn offset(size: u32, r: RawBulkRef) -> Option<u32> {
 /// Where `r`'s bytes start in an area of `size` bytes (a power of two); inside the area for every reference
 /// [`reserve`] made, unchecked otherwise (see [`offset`]).
 pub(crate) fn start(size: u32, r: RawBulkRef) -> u32 {
-    r.end.wrapping_sub(r.len) & (size - 1)
+    ring::back(r.end, r.len) & (size - 1)
 }
 
 /// The producer side of the host-to-actor area of one slot: the host writes large messages into it and frees
@@ -69,7 +69,7 @@ impl InboxBulk {
     /// Frees the bytes of every large message whose inbox cell is below `floor` (reusable).
     pub(crate) fn release_below(&mut self, floor: u32) {
         while let Some(&(index, end)) = self.in_use.front() {
-            if at_or_after(index, floor) {
+            if ring::at_or_after(index, floor) {
                 break;
             }
             self.head = end;

@@ -1,5 +1,5 @@
 //! The device's vocabulary as the host names it: failure codes, slot states, event kinds, command opcodes,
-//! and why a message was handed back. Each decodes a raw value of `kernels/rv_layout.h`; nothing here depends
+//! why a message was handed back, and why a routed message was not delivered. Each decodes a raw value of `kernels/rv_layout.h`; nothing here depends
 //! on another module of this crate but the layout mirror.
 
 use crate::layout::*;
@@ -217,4 +217,45 @@ pub enum UndeliveredReason {
     DeviceLost,
     /// Still queued when its slot was quarantined.
     Quarantined,
+}
+
+/// Why a routed message was not delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnroutableReason {
+    /// The sender's device is not attached to a router (a device used on its own).
+    NoRouter,
+    /// No device is attached at the address's device index.
+    NoDevice,
+    /// The device has no such slot.
+    NoSlot,
+    /// The target slot is not running an actor that takes messages (dormant, stopped, failed, quarantined).
+    NotRunning,
+    /// The target's device is lost or shut down.
+    DeviceGone,
+    /// The target's inbox stayed full past the router's hold limit (or the sender's device shut down meanwhile).
+    InboxFull,
+    /// The device published a routed envelope no device code makes (a payload over one envelope): not
+    /// delivered, so the receiver never reads it.
+    Malformed,
+}
+
+impl UnroutableReason {
+    /// Short label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoRouter => "no_router",
+            Self::NoDevice => "no_device",
+            Self::NoSlot => "no_slot",
+            Self::NotRunning => "not_running",
+            Self::DeviceGone => "device_gone",
+            Self::InboxFull => "inbox_full",
+            Self::Malformed => "malformed",
+        }
+    }
+}
+
+impl std::fmt::Display for UnroutableReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
 }

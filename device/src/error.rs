@@ -119,7 +119,7 @@ pub enum DeviceError {
         /// The target's slot.
         slot: u32,
         /// Why.
-        reason: crate::UnroutableReason,
+        reason: crate::codes::UnroutableReason,
     },
     /// No answer before the deadline.
     #[error("timed out")]

@@ -28,6 +28,7 @@ pub mod event;
 pub mod ffi;
 pub mod layout;
 pub mod message;
+mod ring;
 mod shared;
 mod sync;
 mod wait;
@@ -49,14 +50,14 @@ pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
 pub use device::{
     CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, Router,
-    SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, UnroutableReason, DEFAULT_HOLD_LIMIT,
-    UNRESPONSIVE_AFTER,
+    SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 
 /// The former name of [`SlotFault`].
 #[deprecated(since = "0.2.0", note = "renamed `SlotFault` (aimed at a slot; `InjectedFault` aims at a name)")]
 pub type Fault = SlotFault;
+pub use codes::UnroutableReason;
 pub use event::{CommandOp, DeviceEvent, EventKind, SlotEvent, SlotState, Undelivered, UndeliveredReason};
 pub use message::{
     archive, check_payload, decode_archived, decode_pod, encode_archived, pod_bytes, routed_address, Archivable,

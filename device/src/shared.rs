@@ -6,6 +6,7 @@
 //! it). No read-modify-write atomic is ever used on this region.
 
 use crate::layout::*;
+use crate::ring;
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -193,7 +194,7 @@ impl SharedGrid {
         unsafe {
             let tail = load_u32(addr_of_mut!((*self.block(slot)).inbox_tail), Ordering::Relaxed);
             let head = load_u32(addr_of_mut!((*self.block(slot)).inbox_head), Ordering::Acquire);
-            tail.wrapping_sub(head)
+            ring::distance(head, tail)
         }
     }
 

@@ -12,9 +12,8 @@ use ringvisor_device::{Device, DeviceError, Reply};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
-use crate::gpu::slots::DeviceSlots;
-use crate::gpu::Notice;
 use crate::reason::ExitReason;
+use crate::slots::{DeviceSlots, Notice};
 use crate::status::{ChildStatus, Incarnation, StatusCell};
 use crate::sync::{lock, read, write};
 

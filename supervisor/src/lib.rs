@@ -24,6 +24,7 @@ mod reason;
 pub mod registry;
 mod rounded;
 mod services;
+mod slots;
 mod spec;
 mod status;
 mod supervisor;
@@ -37,13 +38,13 @@ pub use dead_letter::{
     DeadLetter, DeadLetterReason, DeadLetterStats, DeadLetters, DeviceOrigin, Origin, OverflowPolicy,
 };
 pub use error::{RegistryError, SendError, SupervisorError};
-pub use gpu::EventFault;
 pub use handle::{ChildRef, GpuActorRef};
 pub use policy::{AutoShutdown, Backoff, ChildType, Placement, Restart, Shutdown, Strategy};
 pub use reason::{stop_reason, ExitReason};
 pub use registry::{Registry, RegistryEvent};
 pub use rounded::Rounded;
 pub use services::Services;
+pub use slots::EventFault;
 pub use spec::{ChildSpec, ChildStart, SupervisorSpec};
 pub use status::{ChildStatus, RunState};
 pub use supervisor::{

@@ -10,11 +10,10 @@ use ringvisor_device::{Device, DeviceHealth, Router, Unroutable};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
-use crate::gpu::slots::DeviceSlots;
-use crate::gpu::EventFault;
 use crate::handle::GpuActorRef;
 use crate::policy::Placement;
 use crate::registry::Registry;
+use crate::slots::{DeviceSlots, EventFault};
 use crate::sync::{read, write};
 use crate::tree_events::TreeEvents;
 

@@ -21,6 +21,7 @@ use crate::error::DeviceError;
 use crate::event::{DeviceEvent, SlotEvent, Undelivered};
 use crate::layout::*;
 use crate::message::{Envelope, PAYLOAD_BYTES};
+use crate::ring;
 use crate::shared::SharedGrid;
 use crate::sync::{lock, Completion};
 
@@ -96,10 +97,10 @@ pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, cap
     if let Some(floor) = host.pending.as_ref().and_then(|p| p.floor) {
         return floor;
     }
-    if fresh || host.tail.wrapping_sub(host.cached_head) >= capacity {
+    if fresh || ring::distance(host.cached_head, host.tail) >= capacity {
         let (head, floor_gen, floor) = grid.inbox_head_and_grant_floor(slot);
-        let unread_restart = floor_gen != 0 && (floor_gen.wrapping_sub(host.generation) as i32) > 0;
-        host.cached_head = if unread_restart && at_or_after(head, floor) { floor } else { head };
+        let unread_restart = floor_gen != 0 && ring::after(floor_gen, host.generation);
+        host.cached_head = if unread_restart && ring::at_or_after(head, floor) { floor } else { head };
     }
     host.cached_head
 }
@@ -120,7 +121,7 @@ pub(super) fn take_inbox_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32,
     for fresh in [false, true] {
         let floor = inbox_floor(grid, host, slot, capacity, fresh);
         host.bulk.release_below(floor);
-        if host.tail.wrapping_sub(floor) >= capacity {
+        if ring::distance(floor, host.tail) >= capacity {
             return None; // the head was re-read already: the cells are full
         }
         if len <= PAYLOAD_BYTES {
@@ -136,11 +137,6 @@ pub(super) fn take_inbox_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32,
 /// The cmd_id of the restart block 0 carries out under a grant, bringing `slot` to `generation`.
 pub(super) fn granted_cmd_id(slot: u32, generation: u32) -> u64 {
     RV_GRANTED_CMD | (u64::from(slot) << 32) | u64::from(generation)
-}
-
-/// `a` is at or after `b` in wrapping index order.
-pub(crate) fn at_or_after(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) >= 0
 }
 
 impl Device {
@@ -297,7 +293,7 @@ impl DeviceInner {
         let slot = event.slot;
         if event.failed_index != RV_NO_INDEX
             && host.poison_reported.is_none()
-            && !at_or_after(event.failed_index, cutoff)
+            && !ring::at_or_after(event.failed_index, cutoff)
         {
             let env = self.inbox_envelope(slot, event.failed_index);
             let generation = host.generation;
@@ -324,10 +320,10 @@ impl DeviceInner {
         out: &mut Vec<Undelivered>,
     ) {
         let mut start = head;
-        if at_or_after(host.reported_until, start) {
+        if ring::at_or_after(host.reported_until, start) {
             start = host.reported_until;
         }
-        if at_or_after(cutoff, start) && cutoff.wrapping_sub(start) <= self.grid.config().inbox_capacity {
+        if ring::at_or_after(cutoff, start) && ring::distance(start, cutoff) <= self.grid.config().inbox_capacity {
             let mut i = start;
             while i != cutoff {
                 if host.poison_reported != Some(i) {

@@ -12,6 +12,7 @@ use crate::codes::{CommandOp, EventKind, SlotState};
 use crate::error::DeviceError;
 use crate::event::SlotEvent;
 use crate::layout::*;
+use crate::ring;
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
 
@@ -253,7 +254,7 @@ impl Device {
         let mut tail = lock(&inner.command_tail);
         let capacity = inner.grid.config().command_capacity;
         let mut retry = Retry::new(Duration::from_micros(50));
-        while tail.wrapping_sub(inner.grid.command_head()) >= capacity {
+        while ring::distance(inner.grid.command_head(), *tail) >= capacity {
             inner.executor.wake();
             if !retry.again(deadline) {
                 return Err(DeviceError::CommandRingFull);

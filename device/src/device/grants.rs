@@ -12,6 +12,7 @@ use super::commands::PendingCommand;
 use super::Device;
 use crate::codes::SlotState;
 use crate::error::DeviceError;
+use crate::ring;
 use crate::sync::lock;
 
 impl Device {
@@ -71,7 +72,7 @@ impl Device {
     fn drop_stale_grant(&self, host: &mut SlotHost) {
         let Some((cmd_id, _)) = &host.granted else { return };
         let restarted = *cmd_id as u32; // the generation the restart creates (see `granted_cmd_id`)
-        let current = host.generation == restarted.wrapping_sub(1)
+        let current = host.generation == ring::back(restarted, 1)
             || (host.generation == restarted && !matches!(host.state, SlotState::Terminated | SlotState::Dormant));
         if !current {
             self.inner.forget_granted_restart(host);

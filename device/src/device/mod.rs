@@ -43,12 +43,11 @@ mod routing;
 mod snapshot;
 mod subscribers;
 
-pub(crate) use accounting::at_or_after;
 pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
 pub use faults::{DeviceFault, SlotFault};
 pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
-pub use routing::{Router, Unroutable, UnroutableHook, UnroutableReason, DEFAULT_HOLD_LIMIT};
+pub use routing::{Router, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT};
 pub use snapshot::{DeviceStats, SlotActivity, SlotSnapshot};
 pub use subscribers::EventHook;
 

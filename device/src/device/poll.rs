@@ -12,6 +12,7 @@ use super::DeviceInner;
 use crate::bulk;
 use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
+use crate::ring;
 use crate::sync::{lock, Completion};
 use crate::wait::IdleBackoff;
 
@@ -119,7 +120,7 @@ impl DeviceInner {
     /// must wait for room stops the read: later cells wait behind it, and `held` says since when).
     pub(super) fn drain_outbox(&self, slot: u32, head: &mut u32, held: &mut Vec<(u32, Instant)>) -> bool {
         let tail = self.grid.outbox_tail(slot);
-        let available = tail.wrapping_sub(*head);
+        let available = ring::distance(*head, tail);
         if available == 0 {
             return false;
         }

@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Device, DeviceInner};
+use crate::codes::UnroutableReason;
 use crate::error::DeviceError;
 use crate::layout::{
     RawEnvelope, RV_FLAG_BULK, RV_FLAG_NO_REPLY, RV_KIND_K2K, RV_MAX_ROUTED_DEVICES, RV_PAYLOAD_BYTES, RV_ROUTED_BIT,
@@ -26,47 +27,6 @@ use crate::sync::lock;
 
 /// How long a routed message waits for room in its target's inbox by default.
 pub const DEFAULT_HOLD_LIMIT: Duration = Duration::from_secs(1);
-
-/// Why a routed message was not delivered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnroutableReason {
-    /// The sender's device is not attached to a router (a device used on its own).
-    NoRouter,
-    /// No device is attached at the address's device index.
-    NoDevice,
-    /// The device has no such slot.
-    NoSlot,
-    /// The target slot is not running an actor that takes messages (dormant, stopped, failed, quarantined).
-    NotRunning,
-    /// The target's device is lost or shut down.
-    DeviceGone,
-    /// The target's inbox stayed full past the router's hold limit (or the sender's device shut down meanwhile).
-    InboxFull,
-    /// The device published a routed envelope no device code makes (a payload over one envelope): not
-    /// delivered, so the receiver never reads it.
-    Malformed,
-}
-
-impl UnroutableReason {
-    /// Short label for logs and metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::NoRouter => "no_router",
-            Self::NoDevice => "no_device",
-            Self::NoSlot => "no_slot",
-            Self::NotRunning => "not_running",
-            Self::DeviceGone => "device_gone",
-            Self::InboxFull => "inbox_full",
-            Self::Malformed => "malformed",
-        }
-    }
-}
-
-impl std::fmt::Display for UnroutableReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
 
 /// A routed message that was not delivered, as the router's hook receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]

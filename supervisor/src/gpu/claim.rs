@@ -11,13 +11,12 @@ use ringvisor_device::{
 
 use super::incarnation::{self, StartArgs};
 use super::quarantine::is_wedged;
-use super::slots::DeviceSlots;
-use super::NoticeSink;
 use crate::child::GpuChild;
 use crate::error::SupervisorError;
 use crate::handle::{ChildShared, GpuActorShared};
 use crate::policy::Placement;
 use crate::services::Services;
+use crate::slots::{DeviceSlots, NoticeSink};
 use crate::tree_events::TreeEvent;
 
 /// Takes a slot for GPU child `id` on the device its placement picks (the slot `child` asks for, or the

@@ -9,9 +9,9 @@ use ringvisor_device::{
 };
 
 use super::quarantine::{is_wedged, move_off_quarantined};
-use super::{Notice, NoticeSink, SlotNotice};
 use crate::handle::{ChildShared, GpuActorShared};
 use crate::reason::ExitReason;
+use crate::slots::{Notice, NoticeSink, SlotNotice};
 use crate::tree_events::TreeEvents;
 
 /// What one start of a GPU child needs.

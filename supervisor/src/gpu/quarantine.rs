@@ -17,8 +17,8 @@
 
 use ringvisor_device::{Device, DeviceHealth, SlotState};
 
-use super::slots::DeviceSlots;
 use crate::handle::ChildShared;
+use crate::slots::DeviceSlots;
 use crate::tree_events::{TreeEvent, TreeEvents};
 
 impl DeviceSlots {

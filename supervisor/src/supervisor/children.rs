@@ -8,9 +8,10 @@ use std::time::Instant;
 use super::SupervisorState;
 use crate::error::SupervisorError;
 use crate::gpu::claim::{release_slot, retire_slot, take_slot, PreparedStart};
-use crate::gpu::{incarnation, SlotNotice};
+use crate::gpu::incarnation;
 use crate::handle::{ChildRef, ChildShared};
 use crate::registry::RegistryError;
+use crate::slots::SlotNotice;
 use crate::spec::{ChildSpec, ChildStart};
 use crate::status::{ChildStatus, Incarnation, Run, RunState};
 

@@ -7,11 +7,11 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 use super::{Supervisor, SupervisorArgs};
 use crate::child::spawn_error;
 use crate::error::SupervisorError;
-use crate::gpu::SlotNotice;
 use crate::handle::ChildRef;
 use crate::policy::ChildType;
 use crate::reason::stop_reason;
 use crate::services::Services;
+use crate::slots::SlotNotice;
 use crate::spec::{ChildSpec, SupervisorSpec};
 use crate::status::RunState;
 

@@ -26,11 +26,12 @@ use client::Msg;
 
 use crate::error::SupervisorError;
 use crate::gpu::claim::abandon_slot;
-use crate::gpu::{incarnation, NoticeSink};
+use crate::gpu::incarnation;
 use crate::intensity::Intensity;
 use crate::policy::{AutoShutdown, Strategy};
 use crate::reason::ExitReason;
 use crate::services::Services;
+use crate::slots::NoticeSink;
 use crate::spec::{ChildSpec, SupervisorSpec};
 use crate::status::Run;
 use crate::tree_events::TreeEvent;

@@ -13,6 +13,7 @@ use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::layout::*;
+use crate::ring;
 
 /// The host's shared region, as atomic words.
 pub(crate) struct HostWords {
@@ -94,7 +95,7 @@ fn bulk_range(areas: u64, area: u32, slot: u32, env: &[u32]) -> Option<(u64, u64
     }
     let payload = offset_of!(RawEnvelope, payload) / 4;
     let (end, len) = (env[payload], env[payload + 1]);
-    let start = end.wrapping_sub(len) & (area - 1);
+    let start = ring::back(end, len) & (area - 1);
     if len > area || start + len > area {
         return None;
     }
@@ -140,7 +141,7 @@ impl Mirror {
         let mut out = vec![Upload { offset: 0, words: front }];
         for s in 0..slots {
             let from = self.uploaded_tail[s as usize];
-            let n = tails[s as usize].wrapping_sub(from).min(h.inbox_capacity);
+            let n = ring::distance(from, tails[s as usize]).min(h.inbox_capacity);
             for i in 0..n {
                 let index = from.wrapping_add(i);
                 let off = h.off_inboxes as usize
@@ -169,7 +170,7 @@ impl Mirror {
         // Events: the new cells, then (last of all) the tail.
         let event_tail_off = offset_of!(RawGridHeader, event_tail);
         let (old_events, new_events) = (host.load(event_tail_off), word(event_tail_off));
-        for i in 0..new_events.wrapping_sub(old_events).min(h.event_capacity) {
+        for i in 0..ring::distance(old_events, new_events).min(h.event_capacity) {
             let off = h.off_events as usize + (old_events.wrapping_add(i) & (h.event_capacity - 1)) as usize * EVT;
             for w in 0..EVT / 4 {
                 host.store(off + 4 * w, word(off + 4 * w));
@@ -180,7 +181,7 @@ impl Mirror {
             let cb = self.cb(s);
             let tail_off = cb + offset_of!(RawControlBlock, outbox_tail);
             let (old_tail, new_tail) = (host.load(tail_off), word(tail_off));
-            for i in 0..new_tail.wrapping_sub(old_tail).min(h.outbox_capacity) {
+            for i in 0..ring::distance(old_tail, new_tail).min(h.outbox_capacity) {
                 let index = old_tail.wrapping_add(i);
                 let off = h.off_outboxes as usize
                     + (s as usize * h.outbox_capacity as usize + (index & (h.outbox_capacity - 1)) as usize) * ENV;

@@ -43,7 +43,7 @@ pub(crate) struct DeviceSlots {
     /// Injected faults on the path from the device to supervisors (tests only).
     pub(crate) event_faults: EventFaults,
     /// The hung-actor detector of every GPU child on this device.
-    pub(super) watchdogs: Arc<Watchdogs>,
+    pub(crate) watchdogs: Arc<Watchdogs>,
     /// The device event hook (kept alive here; the device holds it weakly).
     _hook: Arc<EventHook>,
 }
