@@ -44,7 +44,9 @@ pub use backend::cuda::{
     nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
 #[cfg(feature = "wgpu")]
-pub use backend::wgpu::{adapters as wgpu_adapters, check as wgsl_check, shader_f64 as wgpu_shader_f64, WgpuConfig};
+pub use backend::wgpu::{
+    adapters as wgpu_adapters, check as wgsl_check, shader_f64 as wgpu_shader_f64, ProgramEdit, WgpuConfig,
+};
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};

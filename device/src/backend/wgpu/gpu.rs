@@ -143,10 +143,14 @@ impl Gpu {
         }))
         .map_err(|e| no_adapter(format!("adapter `{}` refused a device: {e}", info.name)))?;
 
+        let mut source = program::source(behaviours, f64);
+        if let Some(edit) = config.program_edit {
+            source = (edit.0)(source);
+        }
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("ringvisor protocol"),
-            source: wgpu::ShaderSource::Wgsl(program::source(behaviours, f64).into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         });
         let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
             binding,

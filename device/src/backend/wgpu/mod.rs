@@ -47,7 +47,25 @@ pub struct WgpuConfig {
     pub park_max: Duration,
     /// Use only an adapter whose name contains this (e.g. `llvmpipe`); any adapter when `None`.
     pub adapter: Option<String>,
+    /// Test hook: rewrites the generated WGSL program before it is compiled, so that a test can plant a
+    /// divergence from the C protocol and prove the differential test finds it (`device/tests/differential.rs`).
+    /// `None` in every real use.
+    #[doc(hidden)]
+    pub program_edit: Option<ProgramEdit>,
 }
+
+/// A rewrite of the generated WGSL program ([`WgpuConfig::program_edit`]); for tests only.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramEdit(pub fn(String) -> String);
+
+impl PartialEq for ProgramEdit {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
+}
+
+impl Eq for ProgramEdit {}
 
 impl Default for WgpuConfig {
     fn default() -> Self {
@@ -57,6 +75,7 @@ impl Default for WgpuConfig {
             rounds_per_submit: 2,
             park_max: Duration::from_millis(5),
             adapter: None,
+            program_edit: None,
         }
     }
 }
