@@ -16,13 +16,8 @@
 
 #include "rv_layout.h"
 
-/* Built-in behaviour ids. User behaviours take ids from RV_FIRST_USER_BEHAVIOUR to RV_MAX_BEHAVIOURS - 1. */
-#define RV_BEHAVIOUR_ECHO 1u
-#define RV_BEHAVIOUR_COUNTER 2u
-#define RV_BEHAVIOUR_KV 3u
-#define RV_BEHAVIOUR_TEST 4u
-#define RV_BEHAVIOUR_SENSOR 5u
-#define RV_BEHAVIOUR_ALERTS 6u
+/* User behaviours take ids from RV_FIRST_USER_BEHAVIOUR to RV_MAX_BEHAVIOURS - 1; the built-ins' are listed in
+ * rv_builtins.h. */
 #define RV_FIRST_USER_BEHAVIOUR 16u
 
 #if RV_CUDA

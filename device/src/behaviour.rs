@@ -57,7 +57,8 @@ pub struct BehaviourSet {
     entries: Vec<BehaviourEntry>,
 }
 
-/// The built-in behaviours: name, id, device function.
+/// The built-in behaviours: name, id, device function (in the order and with the ids of `kernels/rv_builtins.h`,
+/// the one list; a test checks every table against it).
 pub const BUILTIN_BEHAVIOURS: [(&str, u32, &str); 6] = [
     ("echo", 1, "rv_behaviour_echo"),
     ("counter", 2, "rv_behaviour_counter"),
@@ -190,5 +191,51 @@ impl AsBehaviour for String {
 impl AsBehaviour for BehaviourId {
     fn resolve(&self, set: &BehaviourSet) -> Result<BehaviourId, DeviceError> {
         set.name(*self).map(|_| *self).ok_or_else(|| DeviceError::UnknownBehaviour(format!("id {}", self.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one list of built-ins (`kernels/rv_builtins.h`): (id, name) in id order.
+    fn the_list() -> Vec<(u32, String)> {
+        include_str!("../../kernels/rv_builtins.h")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("X(")?.split_once(')').map(|(args, _)| args.to_string()))
+            .map(|args| {
+                let (id, name) = args.split_once(',').expect("X(id, name)");
+                (id.trim().parse().expect("a numeric id"), name.trim().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_table_of_built_ins_follows_the_one_list() {
+        let list = the_list();
+        assert_eq!(list.len(), BUILTIN_BEHAVIOURS.len(), "{list:?}");
+        for ((id, name), (rust_name, rust_id, function)) in list.iter().zip(BUILTIN_BEHAVIOURS) {
+            assert_eq!((rust_name, rust_id, function), (name.as_str(), *id, format!("rv_behaviour_{name}").as_str()));
+            let path = format!("behaviours/{name}.cu");
+            assert!(crate::backend::cuda::source::KERNEL_FILES.iter().any(|(p, _)| *p == path), "{path} not embedded");
+            // SAFETY: only looks the id up in the linked kernel library's table.
+            assert!(unsafe { crate::ffi::rv_builtin_behaviour(*id) }.is_some(), "the host table lacks {name}");
+        }
+        let includes: Vec<String> = include_str!("../../kernels/builtins.cu")
+            .lines()
+            .filter_map(|l| l.strip_prefix("#include \"behaviours/")?.strip_suffix(".cu\"").map(str::to_string))
+            .collect();
+        assert_eq!(includes, list.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(), "builtins.cu includes");
+        #[cfg(feature = "wgpu")]
+        {
+            let wgsl: Vec<(&str, &str)> =
+                crate::backend::wgpu::program::WGSL_BEHAVIOURS.iter().map(|(n, f, _)| (*n, *f)).collect();
+            let expected: Vec<(String, String)> =
+                list.iter().map(|(_, n)| (n.clone(), format!("rv_behaviour_{n}"))).collect();
+            let wgsl: Vec<(String, String)> = wgsl.iter().map(|(n, f)| (n.to_string(), f.to_string())).collect();
+            assert_eq!(wgsl, expected, "WGSL_BEHAVIOURS");
+        }
+        // SAFETY: as above.
+        assert!(unsafe { crate::ffi::rv_builtin_behaviour(list.len() as u32 + 1) }.is_none(), "nothing past the list");
     }
 }

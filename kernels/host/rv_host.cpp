@@ -7,17 +7,17 @@
 
 #include "../rv_entry.cu"
 #include "../builtins.cu"
+#include "../rv_builtins.h"
 
+/* The host's table of built-ins, from the one list (rv_builtins.h). */
 extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
+#define RV_BUILTIN_CASE(id, name) \
+    case id: return rv_behaviour_##name;
     switch (id) {
-    case RV_BEHAVIOUR_ECHO: return rv_behaviour_echo;
-    case RV_BEHAVIOUR_COUNTER: return rv_behaviour_counter;
-    case RV_BEHAVIOUR_KV: return rv_behaviour_kv;
-    case RV_BEHAVIOUR_TEST: return rv_behaviour_test;
-    case RV_BEHAVIOUR_SENSOR: return rv_behaviour_sensor;
-    case RV_BEHAVIOUR_ALERTS: return rv_behaviour_alerts;
+        RV_BUILTINS(RV_BUILTIN_CASE)
     default: return 0;
     }
+#undef RV_BUILTIN_CASE
 }
 
 extern "C" void rv_cpu_grid_free(rv_grid_view *v) {
