@@ -3,7 +3,7 @@
 //! host to actor and actor to host in the shared region, actor to actor in the local one. A large message's
 //! envelope carries `{end, len}`; its bytes are `[end - len, end)` of a free-running counter, never wrapping
 //! around the area's end, 16-byte aligned. The same arithmetic as `rv_bulk_reserve` / `rv_bulk_at` in
-//! `kernels/rv_protocol.cu`; the device checks every reference the host writes, and the host every one it reads.
+//! `kernels/protocol/view.cu`; the device checks every reference the host writes, and the host every one it reads.
 
 use crate::layout::{RawBulkRef, RawEnvelope, RV_FLAG_BULK};
 use crate::ring;

@@ -20,9 +20,8 @@ use crate::codes::{DeviceCode, EventKind, SlotState, UndeliveredReason};
 use crate::error::DeviceError;
 use crate::event::{DeviceEvent, SlotEvent, Undelivered};
 use crate::layout::*;
-use crate::message::{Envelope, PAYLOAD_BYTES};
+use crate::message::Envelope;
 use crate::ring;
-use crate::shared::SharedGrid;
 use crate::sync::{lock, Completion};
 
 pub(super) struct PendingOp {
@@ -87,51 +86,6 @@ impl SlotHost {
             sent: 0,
         }
     }
-}
-
-/// The lowest inbox index still in use: a restart's reclaim floor if one is pending, else the device's
-/// consumer index, read again when the cached one leaves no room (or when `fresh`). After a restart block 0
-/// carried out under a grant, and until the host has read its event (and handed back what it ended), the cells
-/// from the restart's grant floor on are still in use.
-pub(super) fn inbox_floor(grid: &SharedGrid, host: &mut SlotHost, slot: u32, capacity: u32, fresh: bool) -> u32 {
-    if let Some(floor) = host.pending.as_ref().and_then(|p| p.floor) {
-        return floor;
-    }
-    if fresh || ring::distance(host.cached_head, host.tail) >= capacity {
-        let (head, floor_gen, floor) = grid.inbox_head_and_grant_floor(slot);
-        let unread_restart = floor_gen != 0 && ring::after(floor_gen, host.generation);
-        host.cached_head = if unread_restart && ring::at_or_after(head, floor) { floor } else { head };
-    }
-    host.cached_head
-}
-
-/// Room taken in a slot's inbox for the next message (at the host's tail).
-pub(super) enum InboxRoom {
-    /// A free cell: the payload fits the envelope.
-    Cell,
-    /// A free cell and these bytes of the slot's bulk area, reserved for a large payload.
-    CellAndBulk(RawBulkRef),
-}
-
-/// Takes room in `slot`'s inbox for a message of `len` payload bytes, or `None` while there is none: a free
-/// cell and, for a large message, bytes of the slot's bulk area (freed as the cells of earlier large messages
-/// become reusable). The device's head is re-read when the cached one leaves no room.
-pub(super) fn take_inbox_room(grid: &SharedGrid, host: &mut SlotHost, slot: u32, len: usize) -> Option<InboxRoom> {
-    let capacity = grid.config().inbox_capacity;
-    for fresh in [false, true] {
-        let floor = inbox_floor(grid, host, slot, capacity, fresh);
-        host.bulk.release_below(floor);
-        if ring::distance(floor, host.tail) >= capacity {
-            return None; // the head was re-read already: the cells are full
-        }
-        if len <= PAYLOAD_BYTES {
-            return Some(InboxRoom::Cell);
-        }
-        if let Some(r) = host.bulk.reserve(grid.config().bulk_bytes, host.tail, len as u32) {
-            return Some(InboxRoom::CellAndBulk(r));
-        }
-    }
-    None
 }
 
 /// The cmd_id of the restart block 0 carries out under a grant, bringing `slot` to `generation`.

@@ -5,12 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::accounting::{take_inbox_room, InboxRoom, SlotHost};
-use super::{Device, DeviceInner};
+use super::Device;
 use crate::behaviour::BehaviourId;
-use crate::bulk;
 use crate::error::DeviceError;
-use crate::layout::{RawEnvelope, RV_KIND_STATE};
+use crate::layout::RV_KIND_STATE;
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
@@ -59,30 +57,19 @@ impl Device {
             return Ok(0);
         }
         let inner = &self.inner;
-        let mut host = lock(&inner.slots[slot as usize]);
-        if !host.accepting {
-            return Err(inner.refusal(&host, slot));
-        }
         let hlc = host_hlc();
-        let mut n = 0;
-        for p in payloads.iter().map(AsRef::as_ref) {
-            let Some(room) = take_inbox_room(&inner.grid, &mut host, slot, p.len()) else { break };
+        let envelope = |payload: &[u8]| {
             let correlation = inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-            // A large payload is not copied into an envelope first: `put_message` writes it to the bulk area.
-            let inline = if matches!(room, InboxRoom::Cell) { p } else { &[] };
+            // a large payload is not copied into an envelope first: it goes straight to the bulk area
+            let inline = if payload.len() <= PAYLOAD_BYTES { payload } else { &[] };
             let mut raw = Envelope::to_actor_unchecked(slot, correlation, inline, false).to_raw();
             raw.hlc = hlc;
-            inner.put_message(&mut host, slot, raw, room, p);
-            n += 1;
+            raw
+        };
+        match inner.write_inbox(slot, payloads, envelope, |_| {})? {
+            0 => Err(DeviceError::InboxFull { slot }),
+            n => Ok(n),
         }
-        if n == 0 {
-            return Err(DeviceError::InboxFull { slot });
-        }
-        inner.grid.publish_inbox_tail(slot, host.tail);
-        host.sent += n as u64;
-        drop(host);
-        inner.executor.notify(slot);
-        Ok(n)
     }
 
     /// Sends a one-way message, waiting up to `timeout` for room in the inbox.
@@ -303,45 +290,6 @@ impl Device {
                 return Err(DeviceError::InboxFull { slot });
             }
         }
-    }
-}
-
-impl DeviceInner {
-    /// Writes `raw` into `slot`'s inbox now if the slot takes messages and has room (`payload` is the message's
-    /// payload: a large one's bytes go to the bulk area, an inline one is in `raw` already): `Ok(true)` once it
-    /// is written and published, `Ok(false)` when there is no room, the slot's refusal otherwise. `count` runs
-    /// before the tail is published, so whoever sees the message sees it counted.
-    pub(super) fn try_write(
-        &self,
-        slot: u32,
-        raw: RawEnvelope,
-        payload: &[u8],
-        count: impl FnOnce(),
-    ) -> Result<bool, DeviceError> {
-        let mut host = lock(&self.slots[slot as usize]);
-        if !host.accepting {
-            return Err(self.refusal(&host, slot));
-        }
-        let Some(room) = take_inbox_room(&self.grid, &mut host, slot, payload.len()) else { return Ok(false) };
-        self.put_message(&mut host, slot, raw, room, payload);
-        host.sent += 1;
-        count();
-        self.grid.publish_inbox_tail(slot, host.tail);
-        drop(host);
-        self.executor.notify(slot);
-        Ok(true)
-    }
-
-    /// Writes one message into `slot`'s inbox at the host's tail, in the `room` taken for it (the caller
-    /// publishes the tail): `raw` as is for a payload in its envelope, or `payload` into the bulk bytes reserved
-    /// and a reference to them into `raw`.
-    fn put_message(&self, host: &mut SlotHost, slot: u32, mut raw: RawEnvelope, room: InboxRoom, payload: &[u8]) {
-        if let InboxRoom::CellAndBulk(r) = room {
-            self.grid.write_inbox_bulk(slot, bulk::start(self.grid.config().bulk_bytes, r), payload);
-            bulk::set_reference(&mut raw, r);
-        }
-        self.grid.write_inbox(slot, host.tail, &raw);
-        host.tail = host.tail.wrapping_add(1);
     }
 }
 

@@ -37,6 +37,7 @@ mod config;
 mod faults;
 mod grants;
 mod health;
+mod inbox;
 mod messages;
 mod poll;
 mod routing;
