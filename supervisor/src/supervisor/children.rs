@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use super::SupervisorState;
 use crate::error::SupervisorError;
-use crate::gpu::claim::{release_slot, retire_slot, take_slot, PreparedStart};
-use crate::gpu::incarnation;
+use crate::gpu::{self, PreparedStart};
 use crate::handle::{ChildRef, ChildShared};
 use crate::registry::RegistryError;
 use crate::slots::SlotNotice;
@@ -68,7 +67,7 @@ impl Child {
         match std::mem::replace(&mut self.run, Run::Undefined) {
             Run::Running(incarnation) => {
                 if let (Incarnation::Gpu(generation), Some(gpu)) = (&incarnation, &self.shared.gpu_actor) {
-                    incarnation::forget(gpu, *generation);
+                    gpu::forget(gpu, *generation);
                 }
                 Some(incarnation)
             }
@@ -86,12 +85,12 @@ impl SupervisorState {
     pub(super) fn new_child(&self, spec: ChildSpec, args: Vec<u8>) -> Result<Child, SupervisorError> {
         let target = spec.name.clone().unwrap_or_else(|| spec.id.clone());
         let slot = match &spec.start {
-            ChildStart::Gpu(g) => Some(take_slot(&self.services, &spec.id, g, target)?),
+            ChildStart::Gpu(g) => Some(gpu::claim_slot(&self.services, &spec.id, g, target)?),
             _ => None,
         };
         if let Some(name) = spec.name.as_ref().filter(|n| self.services.registry().lookup(n).is_some()) {
             if let Some((slots, slot)) = &slot {
-                release_slot(slots, *slot);
+                gpu::release_slot(slots, *slot);
             }
             return Err(RegistryError::Taken(name.clone()).into());
         }
@@ -123,10 +122,10 @@ impl SupervisorState {
             self.services.registry().unbind(name, &child.handle());
         }
         if let Some(gpu) = &child.shared.gpu_actor {
-            retire_slot(gpu);
+            gpu::retire(gpu);
             if !slot_taken_over {
                 let (slots, slot) = gpu.home();
-                release_slot(&slots, slot);
+                gpu::release_slot(&slots, slot);
             }
         }
     }
@@ -145,6 +144,31 @@ impl SupervisorState {
         for (state, n) in [RunState::Running, RunState::Restarting, RunState::Undefined].iter().zip(counts) {
             metrics::gauge!("ringvisor_children", "supervisor" => self.id.clone(), "state" => state.label())
                 .set(n as f64);
+        }
+    }
+
+    /// Submits the device commands of the run of GPU children that starts at `from` (see
+    /// [`Self::start_children`]); returns the index after the run (`from + 1` if `from` is not a GPU child).
+    pub(super) fn prepare_gpu_starts(&mut self, from: usize) -> usize {
+        let mut idx = from;
+        while let Some(child) = self.children.get_mut(idx) {
+            let ChildStart::Gpu(g) = &child.spec.start else { break };
+            if child.prepared.is_none() && child.running().is_none() {
+                let init = g.init_for(child.attempts + 1, &child.args);
+                child.prepared = gpu::prepare(&child.shared, g, init);
+            }
+            idx += 1;
+        }
+        idx.max(from + 1)
+    }
+
+    /// Takes back the starts [`Self::prepare_gpu_starts`] submitted for `range` that were not used.
+    pub(super) async fn cancel_prepared_starts(&mut self, range: std::ops::Range<usize>) {
+        for idx in range {
+            let child = &mut self.children[idx];
+            if let (Some(prepared), ChildStart::Gpu(g)) = (child.prepared.take(), &child.spec.start) {
+                gpu::cancel_prepared(&child.shared, prepared, g.timeout()).await;
+            }
         }
     }
 }

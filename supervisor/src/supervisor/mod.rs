@@ -25,8 +25,7 @@ use children::Child;
 use client::Msg;
 
 use crate::error::SupervisorError;
-use crate::gpu::claim::abandon_slot;
-use crate::gpu::incarnation;
+use crate::gpu;
 use crate::intensity::Intensity;
 use crate::policy::{AutoShutdown, Strategy};
 use crate::reason::ExitReason;
@@ -93,7 +92,7 @@ impl Drop for SupervisorState {
             if let Some(cell) = child.take_running().as_ref().and_then(|i| i.actor()) {
                 cell.kill();
             }
-            let taken_over = child.shared.gpu_actor.as_ref().is_some_and(abandon_slot);
+            let taken_over = child.shared.gpu_actor.as_ref().is_some_and(gpu::abandon);
             self.retire_keeping_slot(child, taken_over);
         }
     }
@@ -199,7 +198,7 @@ impl Actor for Supervisor {
                 // A notice about an incarnation already replaced or stopped by us is stale: ignore it.
                 let found = state.children.iter().position(|c| c.runs_gpu_incarnation(&notice));
                 if let Some(idx) = found {
-                    if let Some(reason) = incarnation::exit_reason(&state.children[idx].shared, notice) {
+                    if let Some(reason) = gpu::exit_reason(&state.children[idx].shared, notice) {
                         state.restart_child(&myself, idx, reason).await;
                     }
                 }

@@ -13,8 +13,7 @@ use ractor::{Actor, ActorCell, ActorRef};
 use super::client::{Msg, SupervisorMsg};
 use super::{Outcome, Supervisor, SupervisorArgs, SupervisorState};
 use crate::child::{spawn_error, StartContext};
-use crate::gpu::claim::{cancel_prepared, prepare_incarnation, retire_slot, start_incarnation, stop_orphaned_slot};
-use crate::gpu::incarnation::{self as gpu_incarnation, begin_stop, finish_stop};
+use crate::gpu;
 use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::reason::{stop_reason, ExitReason};
 use crate::spec::{ChildSpec, ChildStart};
@@ -40,7 +39,7 @@ impl SupervisorState {
                     Some(p) => (p.init, Some(p.pending)),
                     None => (g.init_for(attempt, &child.args), None),
                 };
-                let started = start_incarnation(&child.shared, &services, g, init, prepared, &self.notices).await;
+                let started = gpu::start(&child.shared, &services, g, init, prepared, &self.notices).await;
                 started.map(Incarnation::Gpu)
             }
             ChildStart::Supervisor(spec) => {
@@ -151,31 +150,6 @@ impl SupervisorState {
         Ok(())
     }
 
-    /// Submits the device commands of the run of GPU children that starts at `from` (see
-    /// [`Self::start_children`]); returns the index after the run (`from + 1` if `from` is not a GPU child).
-    fn prepare_gpu_starts(&mut self, from: usize) -> usize {
-        let mut idx = from;
-        while let Some(child) = self.children.get_mut(idx) {
-            let ChildStart::Gpu(g) = &child.spec.start else { break };
-            if child.prepared.is_none() && child.running().is_none() {
-                let init = g.init_for(child.attempts + 1, &child.args);
-                child.prepared = prepare_incarnation(&child.shared, g, init);
-            }
-            idx += 1;
-        }
-        idx.max(from + 1)
-    }
-
-    /// Takes back the starts [`Self::prepare_gpu_starts`] submitted for `range` that were not used.
-    async fn cancel_prepared_starts(&mut self, range: std::ops::Range<usize>) {
-        for idx in range {
-            let child = &mut self.children[idx];
-            if let (Some(prepared), ChildStart::Gpu(g)) = (child.prepared.take(), &child.spec.start) {
-                cancel_prepared(&child.shared, prepared, g.timeout()).await;
-            }
-        }
-    }
-
     /// `do_terminate` / `shutdown`: stops a running child by its shutdown spec and reports the exit.
     pub(super) async fn do_terminate(&mut self, idx: usize) {
         if let Some(stopping) = self.begin_terminate(idx) {
@@ -191,14 +165,7 @@ impl SupervisorState {
         child.revoke_grant();
         let shutdown = child.spec.shutdown;
         let how = match (incarnation, &child.shared.gpu_actor) {
-            (Incarnation::Gpu(generation), Some(gpu)) => {
-                // A brutal kill of a GPU child is a device kill: the slot is not drained.
-                let kill = shutdown == Shutdown::BrutalKill;
-                if kill {
-                    stop_orphaned_slot(gpu);
-                }
-                StopHow::Gpu(begin_stop(gpu, generation, kill))
-            }
+            (Incarnation::Gpu(generation), Some(actor)) => StopHow::Gpu(gpu::begin_stop(actor, generation, shutdown)),
             (Incarnation::Gpu(_), None) => return None,
             (Incarnation::Actor(cell), _) => {
                 begin_shutdown(&cell, shutdown);
@@ -215,21 +182,16 @@ impl SupervisorState {
             StopHow::Actor(cell) => finish_shutdown(&cell, stopping.shutdown, stopping.issued).await,
             StopHow::Gpu(gpu_stop) => {
                 let shared = self.children[stopping.idx].shared.clone();
-                let deadline = match stopping.shutdown {
-                    Shutdown::Timeout(limit) => Some(stopping.issued + limit),
-                    Shutdown::BrutalKill => Some(stopping.issued),
-                    Shutdown::Infinity => None,
-                };
                 match &shared.gpu_actor {
-                    Some(gpu) => finish_stop(gpu, gpu_stop, deadline).await,
+                    Some(actor) => gpu::finish_stop(actor, gpu_stop, stopping.shutdown, stopping.issued).await,
                     None => ExitReason::Killed,
                 }
             }
         };
         let child = &self.children[stopping.idx];
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
-        if let Some(gpu) = &child.shared.gpu_actor {
-            stop_orphaned_slot(gpu);
+        if let Some(actor) = &child.shared.gpu_actor {
+            gpu::orphan(actor);
         }
         tracing::info!(supervisor = %self.id, child = %id, reason = reason.label(), "child terminated");
         self.emit(TreeEvent::ChildExited { supervisor: self.id.clone(), child: id, child_type, reason });
@@ -308,10 +270,8 @@ impl SupervisorState {
         child.take_running();
         child.granted = false;
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
-        // A restart block 0 already carries out under a grant is left for the next incarnation to take (or,
-        // if the child is not restarted, killed when its slot is retired).
-        if let Some(gpu) = child.shared.gpu_actor.as_ref().filter(|g| !g.device().has_granted_restart(g.slot())) {
-            stop_orphaned_slot(gpu);
+        if let Some(actor) = &child.shared.gpu_actor {
+            gpu::orphan_unless_granted(actor);
         }
         tracing::info!(supervisor = %self.id, child = %id, reason = %reason, "child exited");
         self.emit(TreeEvent::ChildExited {
@@ -428,8 +388,8 @@ impl SupervisorState {
         }
         let child = &mut self.children[idx];
         child.set_run(Run::Undefined, ChildStatus::Stopped);
-        if let Some(gpu) = &child.shared.gpu_actor {
-            retire_slot(gpu);
+        if let Some(actor) = &child.shared.gpu_actor {
+            gpu::retire(actor);
         }
     }
 
@@ -464,7 +424,7 @@ enum StopHow {
     /// A ractor actor (host actor, supervisor): until it has stopped.
     Actor(ActorCell),
     /// A GPU child: until its slot has drained (or it was killed).
-    Gpu(gpu_incarnation::Stopping),
+    Gpu(gpu::Stopping),
 }
 
 /// Asks `cell` to stop by `shutdown`: OTP's shutdown specs mapped onto ractor's stop (runs `post_stop`) and
