@@ -2,7 +2,7 @@
  * rv_entry.cu - what each block of the kernel does, written once for the CUDA entry points (cuda/rv_kernel.cu)
  * and for the emulated CUDA driver's host build (host/rv_host.cpp), which runs each block on a host thread.
  *
- * Block 0 is the device supervisor; block b >= 1 owns the slots [(b - 1) * slots_per_block, b * slots_per_block).
+ * Block 0 is the keeper (it executes the host's lifecycle commands); block b >= 1 owns the slots [(b - 1) * slots_per_block, b * slots_per_block).
  * No grid-wide barrier anywhere: a stuck actor stalls only its own block's slots, never block 0.
  */
 #ifndef RV_ENTRY_CU
@@ -48,7 +48,7 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
                 published = started;
                 rv_store_release_u32(&v->header->blocks_started, started);
             }
-            progress = rv_supervisor_step(v);
+            progress = rv_keeper_step(v);
         } else {
             for (uint32_t slot = first; slot < last; ++slot) progress |= rv_actor_step(v, slot, budget);
             /* Replies published: ring the block's doorbell, so the host reads this block's outboxes only. */

@@ -264,7 +264,7 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint64_t off_events;
     uint64_t off_inboxes;
     uint64_t off_outboxes;
-    uint64_t off_sv_records;
+    uint64_t off_keeper_records;
     uint64_t off_attention;
     uint64_t off_k2k_meta;
     uint64_t off_k2k_cells;
@@ -286,7 +286,7 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint8_t host_reserved[56];
 
     /* line 4: written by block 0. */
-    uint64_t supervisor_heartbeat;
+    uint64_t keeper_heartbeat;
     uint64_t commands_processed;
     uint64_t events_published;
     uint32_t blocks_started; /* blocks of the persistent kernel that have entered it (the launch handshake) */
@@ -311,13 +311,13 @@ typedef struct RV_ALIGN(64) rv_grid_header {
 typedef struct RV_ALIGN(64) rv_local_header {
     uint32_t blocks_started; /* each block adds 1 when it enters the persistent kernel; block 0 publishes it */
     uint32_t pad0;
-    uint64_t supervisor_beats; /* block 0's heartbeat count (the shared header's supervisor_heartbeat is its copy:
+    uint64_t keeper_beats; /* block 0's heartbeat count (the shared header's keeper_heartbeat is its copy:
                                 * block 0 never reads mapped memory to count) */
     uint8_t reserved[48];
 } rv_local_header;
 
 /* Block 0's private view of a slot. */
-typedef struct RV_ALIGN(64) rv_sv_record {
+typedef struct RV_ALIGN(64) rv_keeper_record {
     uint32_t pending_op;     /* a command waiting for the actor to acknowledge a request */
     uint32_t reported_state; /* the state the host was last told about */
     uint32_t device_seq;     /* block 0 bumps it (release) after every change to the slot the actor must notice */
@@ -332,7 +332,7 @@ typedef struct RV_ALIGN(64) rv_sv_record {
     uint8_t reserved[24];
     rv_command pending; /* the command itself (a Restart needs its init bytes after the ack) */
     rv_command start;   /* the command that started the current incarnation (a granted restart repeats it) */
-} rv_sv_record;
+} rv_keeper_record;
 
 /* The actor's own record of a slot (local region, written only by the block that runs the slot): what its last
  * full step saw, so an idle step reads one shared word (host_seq) and returns. */
@@ -387,7 +387,7 @@ RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
                      RV_OFFSETOF(rv_grid_header, device_faults) == RV_OFFSETOF(rv_grid_header, terminate) + 4,
                  "terminate and device_faults are read with one 64-bit load (little-endian: terminate low)");
 RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
-RV_STATIC_ASSERT(sizeof(rv_sv_record) == 320, "supervisor record is 320 bytes");
+RV_STATIC_ASSERT(sizeof(rv_keeper_record) == 320, "keeper record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");
 RV_STATIC_ASSERT(sizeof(rv_bulk_ref) <= RV_PAYLOAD_BYTES, "a bulk reference fits an envelope's payload");

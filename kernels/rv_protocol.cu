@@ -10,7 +10,7 @@
  * Ownership rules, which every function below keeps:
  *   - the host writes the host lines of the control block and the producer indices of the inbox and command
  *     ring, and the consumer indices of the outbox and event ring; nothing else;
- *   - block 0 (rv_supervisor_step) writes the command ring head, the event ring, its private records, and a
+ *   - block 0 (rv_keeper_step) writes the command ring head, the event ring, its private records, and a
  *     slot's lifecycle line only while that slot is not running (Dormant, Terminated, Failed, no request
  *     pending); it talks to a running actor through request/request_seq and waits for request_ack;
  *   - an actor (rv_actor_step) writes its lifecycle line, inbox head, outbox tail and request_ack.

@@ -36,15 +36,14 @@ extern "C" {
     pub fn rv_compute_layout(params: *const RawGridParams, header: *mut RawGridHeader) -> i32;
     pub fn rv_cpu_grid_new(shared: *mut u8, local: *mut u8, table: *const Option<BehaviourFn>) -> *mut RvGridView;
     pub fn rv_cpu_grid_free(view: *mut RvGridView);
-    pub fn rv_supervisor_step(view: *const RvGridView) -> u32;
+    pub fn rv_keeper_step(view: *const RvGridView) -> u32;
     pub fn rv_actor_step(view: *const RvGridView, slot: u32, budget: u32) -> u32;
     pub fn rv_cpu_summary_words(view: *const RvGridView) -> u32;
     pub fn rv_cpu_summary(view: *const RvGridView, index: u32) -> u32;
     pub fn rv_cpu_mark_work(view: *const RvGridView, slot: u32) -> u32;
     pub fn rv_cpu_take_one_marked(view: *const RvGridView, word: u32, from: u32) -> u32;
-    pub fn rv_cpu_run_slot(view: *const RvGridView, slot: u32, budget: u32, claims: *mut u32, pending: *mut u32)
-        -> u32;
-    pub fn rv_cpu_try_claim(flag: *mut u32) -> i32;
+    pub fn rv_cpu_run_slot(view: *const RvGridView, slot: u32, budget: u32, locks: *mut u32, pending: *mut u32) -> u32;
+    pub fn rv_cpu_try_lock(flag: *mut u32) -> i32;
     pub fn rv_cpu_release(flag: *mut u32);
     pub fn rv_builtin_behaviour(id: u32) -> Option<BehaviourFn>;
     pub fn rv_layout_report(count: *mut u32) -> *const LayoutEntry;

@@ -262,7 +262,7 @@ pub struct RawGridHeader {
     pub off_events: u64,
     pub off_inboxes: u64,
     pub off_outboxes: u64,
-    pub off_sv_records: u64,
+    pub off_keeper_records: u64,
     pub off_attention: u64,
     pub off_k2k_meta: u64,
     pub off_k2k_cells: u64,
@@ -278,7 +278,7 @@ pub struct RawGridHeader {
     pub terminate: u32,
     pub device_faults: u32,
     pub host_reserved: [u8; 56],
-    pub supervisor_heartbeat: u64,
+    pub keeper_heartbeat: u64,
     pub commands_processed: u64,
     pub events_published: u64,
     pub blocks_started: u32,
@@ -299,7 +299,7 @@ pub struct RawGridHeader {
 pub struct RawLocalHeader {
     pub blocks_started: u32,
     pub pad0: u32,
-    pub supervisor_beats: u64,
+    pub keeper_beats: u64,
     pub reserved: [u8; 48],
 }
 
@@ -316,10 +316,10 @@ pub struct RawActorRecord {
     pub reserved: [u8; 32],
 }
 
-/// `rv_sv_record`: block 0's private record of a slot (local region).
+/// `rv_keeper_record`: block 0's private record of a slot (local region).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
-pub struct RawSvRecord {
+pub struct RawKeeperRecord {
     pub pending_op: u32,
     pub reported_state: u32,
     pub device_seq: u32,
@@ -388,7 +388,7 @@ const _: () = {
     assert!(size_of::<RawGridHeader>() == 576 && align_of::<RawGridHeader>() == 64);
     assert!(size_of::<RawLocalHeader>() == 64);
     assert!(size_of::<RawActorRecord>() == 64);
-    assert!(size_of::<RawSvRecord>() == 320);
+    assert!(size_of::<RawKeeperRecord>() == 320);
     assert!(size_of::<RawK2kMeta>() == 128);
     assert!(size_of::<RawK2kCell>() == 144);
     // writer grouping of the control block: each line starts where the C header says

@@ -2,8 +2,9 @@
 //!
 //! The mechanism layer of ringvisor: the shared memory layout of the persistent kernel (mirrored from
 //! `kernels/`, the single source of truth), the host side of its rings, and the executors that run the device
-//! code: the CPU backend (host threads running the very same step functions) and the CUDA backend (a
-//! persistent kernel compiled by NVRTC).
+//! code: the CPU backend (host threads running the very same step functions), the CUDA backend (a
+//! persistent kernel compiled by NVRTC) and the WebGPU backend (the protocol's WGSL port, dispatched in rounds
+//! through wgpu; feature `wgpu`).
 //!
 //! This crate knows nothing about supervision policy. It offers: create / kill / restart / drain / resume a
 //! slot, send messages, receive replies and events, read a slot's control block, inject faults, and route
@@ -12,8 +13,8 @@
 //!
 //! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
 //! access to the shared region), and [`Device`] (the safe API). Beside them: `codes` (the device's vocabulary),
-//! [`error`], [`event`], [`message`], [`behaviour`], `backend` (the executors), `sync` and `wait` (hand-offs and
-//! how host threads wait).
+//! [`error`], [`event`], [`message`], [`behaviour`], `ring` (wrapping positions), `backend` (the executors),
+//! `sync` and `wait` (hand-offs and how host threads wait). `tests/architecture.rs` checks the layers.
 #![warn(missing_docs)]
 
 mod backend;

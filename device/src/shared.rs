@@ -230,13 +230,13 @@ impl SharedGrid {
     pub(crate) fn publish_inbox_tail(&self, slot: u32, tail: u32) {
         // SAFETY: aligned, host-owned field of a live control block.
         unsafe { store_u32(addr_of_mut!((*self.block(slot)).inbox_tail), tail, Ordering::Release) }
-        self.notify_actor(slot);
+        self.bump_host_seq(slot);
     }
 
     /// Bumps `host_seq` of `slot` after a write its actor must notice: an idle actor reads only that word, and
     /// its next step is a full one. A read-modify-write between host threads (senders and fault injectors may
     /// race); the device only loads the word.
-    fn notify_actor(&self, slot: u32) {
+    fn bump_host_seq(&self, slot: u32) {
         // SAFETY: aligned, host-owned field of a live control block; AtomicU32 has u32's layout, and every host
         // access to the field is atomic.
         let seq = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr_of_mut!((*self.block(slot)).host_seq)) };
@@ -263,7 +263,7 @@ impl SharedGrid {
             store_u32(addr_of_mut!((*b).fault_flags), flags, Ordering::Release);
             store_u32(addr_of_mut!((*b).fault_seq), seq, Ordering::Release);
         }
-        self.notify_actor(slot);
+        self.bump_host_seq(slot);
     }
 
     /// Grants block 0 a restart in place of `slot`'s incarnation of `generation` if it fails (0: none).
@@ -274,7 +274,7 @@ impl SharedGrid {
 
     /// The inbox head of `slot` with, if block 0 restarted it under a grant, where the cells the host has still
     /// to read back start and the generation whose event it must see first: `(head, grant_floor_gen,
-    /// grant_floor)`, read in the order block 0 writes them in reverse (see `rv_sv_granted_restart`).
+    /// grant_floor)`, read in the order block 0 writes them in reverse (see `rv_keeper_granted_restart`).
     pub(crate) fn inbox_head_and_grant_floor(&self, slot: u32) -> (u32, u32, u32) {
         let b = self.block(slot);
         // SAFETY: aligned fields of a live control block.
@@ -417,7 +417,7 @@ impl SharedGrid {
         // SAFETY: aligned fields of the live header.
         unsafe {
             (
-                load_u64(addr_of_mut!((*h).supervisor_heartbeat), Ordering::Relaxed),
+                load_u64(addr_of_mut!((*h).keeper_heartbeat), Ordering::Relaxed),
                 load_u64(addr_of_mut!((*h).commands_processed), Ordering::Relaxed),
                 load_u64(addr_of_mut!((*h).events_published), Ordering::Relaxed),
             )

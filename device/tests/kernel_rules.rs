@@ -17,7 +17,7 @@ const ENTRY: &str = include_str!("../../kernels/rv_entry.cu");
 
 /// Expressions naming LOCAL-region fields.
 const LOCAL_FIELDS: &[&str] =
-    &["meta->", "cell->", "attention[", "local_header->", "g->sv[", "rec->", "ar->", "g->actors["];
+    &["meta->", "cell->", "attention[", "local_header->", "g->keepers[", "rec->", "ar->", "g->actors["];
 
 /// Calls of the system-scope single-field helpers: (line number, argument text).
 fn sys_scope_calls(source: &str) -> Vec<(usize, String)> {

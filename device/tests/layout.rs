@@ -131,7 +131,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             off_events,
             off_inboxes,
             off_outboxes,
-            off_sv_records,
+            off_keeper_records,
             off_attention,
             off_k2k_meta,
             off_k2k_cells,
@@ -147,7 +147,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             terminate,
             device_faults,
             host_reserved,
-            supervisor_heartbeat,
+            keeper_heartbeat,
             commands_processed,
             events_published,
             blocks_started,
@@ -162,11 +162,11 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             pad7,
         ]
     );
-    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, supervisor_beats, reserved]);
+    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, keeper_beats, reserved]);
     fields!(
         m,
-        "rv_sv_record",
-        RawSvRecord,
+        "rv_keeper_record",
+        RawKeeperRecord,
         [
             pending_op,
             reported_state,

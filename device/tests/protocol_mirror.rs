@@ -62,7 +62,7 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     (
         "view",
         Side::Wgsl,
-        &["rv_view_load", "cb_at", "sv_at", "ar_at", "km_at", "cbf"],
+        &["rv_view_load", "cb_at", "keeper_at", "ar_at", "km_at", "cbf"],
         "WGSL has no pointers: areas and records are byte offsets into the region arrays",
     ),
     (
@@ -113,7 +113,7 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     ),
     ("api", Side::Wgsl, &["rv_address"], "C's rv_address is a macro of rv_behaviour.h"),
     ("actor", Side::Wgsl, &["rv_device_faulted", "rv_slot_idle"], "the scan dispatch's idle check (C: rv_block_run)"),
-    ("block0", Side::C, &["rv_sv_beat"], "WGSL's block 0 beats inline at the end of its step"),
+    ("block0", Side::C, &["rv_keeper_beat"], "WGSL's block 0 beats inline at the end of its step"),
     (
         "block0",
         Side::Wgsl,
@@ -126,7 +126,7 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
 /// (function, call, why).
 const CALL_DIFFERENCES: &[(&str, &str, &str)] = &[
     ("rv_raise_attention", "rv_attention_words", "C's view holds the summary's place (rv_attention_summary)"),
-    ("rv_supervisor_step", "rv_attention_words", "as rv_raise_attention"),
+    ("rv_keeper_step", "rv_attention_words", "as rv_raise_attention"),
     ("rv_payload_len", "rv_bulk_at", "WGSL checks the reference through m_bulk_at (a private copy of the message)"),
     ("rv_forward_payload", "rv_payload_len", "WGSL reads the length of the payload it forwards; C is given it"),
     ("rv_actor_step", "rv_actor_idle", "WGSL checks idleness in its scan dispatch (rv_slot_idle)"),
@@ -136,7 +136,7 @@ const CALL_DIFFERENCES: &[(&str, &str, &str)] = &[
         "a WGSL cell published in this dispatch is taken in the next: the step asks for one (rv_k2k_ready)",
     ),
     ("rv_actor_step", "rv_grid_now", "C reads the clock once for the sweep's messages; WGSL's rv_hlc_next reads it"),
-    ("rv_sv_create", "rv_grid_now", "as rv_actor_step"),
+    ("rv_keeper_create", "rv_grid_now", "as rv_actor_step"),
 ];
 
 /// One function definition: its name (C names mapped to their WGSL twins) and its body, comments removed.
@@ -348,9 +348,9 @@ fn swap_after(text: &str, within: &str, a: &str, b: &str) -> String {
 fn a_check_reordered_in_one_source_is_found() {
     let mut parts = sources();
     // block 0 validates a create's init before its slot index in both sources; swap the two checks in C only
-    parts[3].1 = swap_after(&parts[3].1, "rv_sv_execute(", "rv_init_valid(", "rv_index_near(");
+    parts[3].1 = swap_after(&parts[3].1, "rv_keeper_execute(", "rv_init_valid(", "rv_index_near(");
     let problems = differences(&parts);
-    assert!(problems.iter().any(|p| p.contains("`rv_sv_execute` calls differently")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("`rv_keeper_execute` calls differently")), "{problems:?}");
 }
 
 #[test]

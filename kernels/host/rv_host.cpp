@@ -1,6 +1,6 @@
 /*
  * rv_host.cpp - the CPU backend's build of the device code: the protocol and the built-in behaviours, plus
- * the few host-only helpers the Rust executor calls (slot-group claims, behaviour table, layout report).
+ * the few host-only helpers the Rust executor calls (slot locks, behaviour table, layout report).
  * Built by device/build.rs with the cc crate.
  */
 #include <stdlib.h>
@@ -104,33 +104,33 @@ extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word,
 }
 
 /* Runs `slot`'s step, its mark taken, unless another worker runs it now. One worker at a time runs a slot (its
- * claim, claims[slot]); a worker stuck in the slot's behaviour holds that slot alone, never its neighbours (the
- * other slots of its word are taken and run by whoever finds them marked). A worker that finds the slot claimed
- * leaves `pending[slot]` set for the one that holds it, which runs the slot again when it lets go (both claim
- * operations are read-modify-writes of one word, so either the second worker's claim succeeds or the holder's
+ * lock, locks[slot]); a worker stuck in the slot's behaviour holds that slot alone, never its neighbours (the
+ * other slots of its word are taken and run by whoever finds them marked). A worker that finds the slot locked
+ * leaves `pending[slot]` set for the one that holds it, which runs the slot again when it lets go (both lock
+ * operations are read-modify-writes of one word, so either the second worker's lock succeeds or the holder's
  * release reads from it and then sees `pending`). A step that did not end quiet (messages left, a stall, an init,
  * a drain) marks the slot again, so it runs on the next pass. Returns the steps' results. */
-extern "C" uint32_t rv_cpu_run_slot(const rv_grid_view *v, uint32_t slot, uint32_t budget, uint32_t *claims,
+extern "C" uint32_t rv_cpu_run_slot(const rv_grid_view *v, uint32_t slot, uint32_t budget, uint32_t *locks,
                                     uint32_t *pending) {
-    if (rv_exchange_u32(&claims[slot], 1) != 0) {
+    if (rv_exchange_u32(&locks[slot], 1) != 0) {
         rv_exchange_u32(&pending[slot], 1);
-        if (rv_exchange_u32(&claims[slot], 1) != 0) return 0; /* the holder runs it again when it lets go */
+        if (rv_exchange_u32(&locks[slot], 1) != 0) return 0; /* the holder runs it again when it lets go */
     }
     uint32_t out = 0;
     for (;;) {
         rv_exchange_u32(&pending[slot], 0);
         out |= rv_actor_step(v, slot, budget);
         if (v->actors[slot].quiet == RV_QUIET_NO) rv_mark_work(v, slot);
-        rv_exchange_u32(&claims[slot], 0);
+        rv_exchange_u32(&locks[slot], 0);
         if (rv_fetch_or_u32(&pending[slot], 0) == 0) break;
-        if (rv_exchange_u32(&claims[slot], 1) != 0) break; /* another worker took it over */
+        if (rv_exchange_u32(&locks[slot], 1) != 0) break; /* another worker took it over */
     }
     return out;
 }
 
-/* The claim of block 0 for the worker pool: one worker steps block 0 at a time. Done here, in the instrumented
+/* The lock of block 0 for the worker pool: one worker steps block 0 at a time. Done here, in the instrumented
  * code, so that ThreadSanitizer sees the happens-before edge between two workers. */
-extern "C" int rv_cpu_try_claim(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
+extern "C" int rv_cpu_try_lock(uint32_t *flag) { return rv_exchange_u32(flag, 1) == 0; }
 extern "C" void rv_cpu_release(uint32_t *flag) { rv_store_release_u32(flag, 0); }
 
 /* ---------------------------------------------------------------------------------------------------

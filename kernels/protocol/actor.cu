@@ -126,7 +126,7 @@ RV_FN int rv_actor_idle(const rv_grid_view *g, rv_control_block *cb, rv_actor_re
  * RV_OP_INIT), then makes the slot Active, or Failed with the init's code, and raises attention (block 0
  * publishes the event). */
 RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_block *cb) {
-    rv_sv_record *rec = &g->sv[slot];
+    rv_keeper_record *rec = &g->keepers[slot];
     if (rv_load_acquire_dev_u32(&rec->pending_op) != RV_OP_INIT) return 0; /* block 0 is not done preparing */
     const rv_command *cmd = &rec->pending;
     rv_envelope init;
@@ -163,7 +163,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     rv_actor_record *ar = &g->actors[slot];
     /* Both sequence numbers first: whatever is published after they are read makes the next step a full one. */
     uint32_t host_seq = rv_load_acquire_u32(&cb->host_seq);
-    uint32_t device_seq = rv_load_acquire_dev_u32(&g->sv[slot].device_seq);
+    uint32_t device_seq = rv_load_acquire_dev_u32(&g->keepers[slot].device_seq);
     if (rv_actor_idle(g, cb, ar, slot, host_seq, device_seq)) return 0;
     ar->quiet = RV_QUIET_NO;
     ar->seen_host_seq = host_seq;

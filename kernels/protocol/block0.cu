@@ -8,7 +8,7 @@
 #ifndef RV_PROTOCOL_BLOCK0_CU
 #define RV_PROTOCOL_BLOCK0_CU
 /* ------------------------------------------------------------------------------------------------
- * Block 0: the device supervisor.
+ * Block 0: the keeper (executes the host's lifecycle commands, publishes their events).
  * ---------------------------------------------------------------------------------------------- */
 RV_FN uint32_t rv_event_room(const rv_grid_view *g) {
     rv_grid_header *h = g->header;
@@ -104,10 +104,10 @@ RV_FN uint32_t rv_reclaim_k2k(const rv_grid_view *g, uint32_t slot) {
 }
 
 /* (Re)creates a slot that is not running: new generation, zeroed state, the behaviour's init. */
-RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t success_kind) {
+RV_FN void rv_keeper_create(const rv_grid_view *g, const rv_command *cmd, uint32_t success_kind) {
     uint32_t slot = cmd->slot;
     rv_control_block *cb = &g->blocks[slot];
-    rv_sv_record *rec = &g->sv[slot];
+    rv_keeper_record *rec = &g->keepers[slot];
     uint32_t old_head = cb->inbox_head;
     uint32_t old_failed = cb->failed_index;
     uint64_t old_processed = cb->messages_processed; /* reported with Created/Restarted: the previous incarnation's */
@@ -153,8 +153,8 @@ RV_FN void rv_sv_create(const rv_grid_view *g, const rv_command *cmd, uint32_t s
 /* Block 0, on the attention an init raised: the creation's event, Created/Restarted or CreateFailed, by the init's
  * own result (the slot may be Failed by then because the new incarnation crashed on a message: the caller reports
  * that next, as the incarnation's failure). */
-RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot) {
-    rv_sv_record *rec = &g->sv[slot];
+RV_FN void rv_keeper_init_done(const rv_grid_view *g, uint32_t slot) {
+    rv_keeper_record *rec = &g->keepers[slot];
     rv_store_release_dev_u32(&rec->pending_op, RV_OP_NONE); /* the actor reads it (rv_actor_init) */
     int32_t code = rec->init_result;
     rec->reported_state = code == RV_OK ? RV_STATE_ACTIVE : RV_STATE_FAILED;
@@ -163,9 +163,9 @@ RV_FN void rv_sv_init_done(const rv_grid_view *g, uint32_t slot) {
                          rec->init_dropped, rec->init_old_processed);
 }
 
-RV_FN void rv_sv_request(const rv_grid_view *g, const rv_command *cmd, uint32_t op) {
+RV_FN void rv_keeper_request(const rv_grid_view *g, const rv_command *cmd, uint32_t op) {
     rv_control_block *cb = &g->blocks[cmd->slot];
-    rv_sv_record *rec = &g->sv[cmd->slot];
+    rv_keeper_record *rec = &g->keepers[cmd->slot];
     rv_store_release_dev_u32(&rec->pending_op, cmd->op);
     rec->pending = *cmd;
     if (op == RV_OP_DRAIN) rv_store_relaxed_u32(&cb->drain_until, cmd->inbox_index);
@@ -185,11 +185,11 @@ RV_FN int rv_init_valid(const rv_grid_view *g, const rv_command *cmd) {
 }
 
 /* Validates and executes one command. Publishes exactly one event now, or one when the actor acknowledges. */
-RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
+RV_FN void rv_keeper_execute(const rv_grid_view *g, const rv_command *cmd) {
     if (cmd->slot >= g->slot_count) return rv_reject(g, cmd, RV_ERR_SLOT_RANGE);
     if (cmd->op < RV_OP_CREATE || cmd->op > RV_OP_RESUME) return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
     rv_control_block *cb = &g->blocks[cmd->slot];
-    rv_sv_record *rec = &g->sv[cmd->slot];
+    rv_keeper_record *rec = &g->keepers[cmd->slot];
     if (rec->pending_op != RV_OP_NONE) return rv_reject(g, cmd, RV_ERR_BUSY);
     if (cmd->expected_generation != cb->generation) return rv_reject(g, cmd, RV_ERR_STALE_GENERATION);
     uint32_t state = rv_load_acquire_u32(&cb->state);
@@ -201,17 +201,17 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
             return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
         if (!rv_index_near(g, cmd->inbox_index, cb->inbox_head)) return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
-        return rv_sv_create(g, cmd, RV_EVT_CREATED);
+        return rv_keeper_create(g, cmd, RV_EVT_CREATED);
     case RV_OP_RESTART:
         if (state == RV_STATE_DORMANT || state == RV_STATE_INITIALIZING)
             return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((rc = rv_init_valid(g, cmd)) != RV_OK) return rv_reject(g, cmd, rc);
         if (!rv_index_near(g, cmd->inbox_index, rv_load_acquire_u32(&cb->inbox_head)))
             return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
-        if (running) return rv_sv_request(g, cmd, RV_OP_KILL);
-        return rv_sv_create(g, cmd, RV_EVT_RESTARTED);
+        if (running) return rv_keeper_request(g, cmd, RV_OP_KILL);
+        return rv_keeper_create(g, cmd, RV_EVT_RESTARTED);
     case RV_OP_KILL:
-        if (running) return rv_sv_request(g, cmd, RV_OP_KILL);
+        if (running) return rv_keeper_request(g, cmd, RV_OP_KILL);
         if (state != RV_STATE_FAILED) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
         rec->reported_state = RV_STATE_TERMINATED;
@@ -221,17 +221,17 @@ RV_FN void rv_sv_execute(const rv_grid_view *g, const rv_command *cmd) {
         if (state != RV_STATE_ACTIVE) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
         if ((uint32_t)(cmd->inbox_index - rv_load_acquire_u32(&cb->inbox_head)) > g->inbox_capacity)
             return rv_reject(g, cmd, RV_ERR_BAD_COMMAND);
-        return rv_sv_request(g, cmd, RV_OP_DRAIN);
+        return rv_keeper_request(g, cmd, RV_OP_DRAIN);
     default: /* RV_OP_RESUME */
         if (state != RV_STATE_DRAINING) return rv_reject(g, cmd, RV_ERR_ILLEGAL_TRANSITION);
-        return rv_sv_request(g, cmd, RV_OP_RESUME);
+        return rv_keeper_request(g, cmd, RV_OP_RESUME);
     }
 }
 
 /* Block 0 changed something of `slot` that its actor must notice (a request, a re-creation): the actor's next
  * step is a full one. */
 RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
-    rv_sv_record *rec = &g->sv[slot];
+    rv_keeper_record *rec = &g->keepers[slot];
     rv_store_release_dev_u32(&rec->device_seq, rec->device_seq + 1);
     rv_mark_work(g, slot);
 }
@@ -240,7 +240,7 @@ RV_FN void rv_touch_slot(const rv_grid_view *g, uint32_t slot) {
  * generation), block 0 knows how it was started, and the host's inbox tail is a plausible index. */
 RV_FN int rv_restart_granted(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
-    return g->sv[slot].start.op != RV_OP_NONE && rv_load_acquire_u32(&cb->restart_grant) == cb->generation &&
+    return g->keepers[slot].start.op != RV_OP_NONE && rv_load_acquire_u32(&cb->restart_grant) == cb->generation &&
            rv_index_near(g, rv_load_acquire_u32(&cb->inbox_tail), cb->inbox_head);
 }
 
@@ -250,9 +250,9 @@ RV_FN int rv_restart_granted(const rv_grid_view *g, uint32_t slot) {
  * those it sends once it has read the event are the new incarnation's (as for a restart the host submits). The
  * host must not reuse the cells of the ones it hands back before it has read them: grant_floor says where they
  * start, published before the new inbox head. */
-RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot, uint32_t tail) {
+RV_FN void rv_keeper_granted_restart(const rv_grid_view *g, uint32_t slot, uint32_t tail) {
     rv_control_block *cb = &g->blocks[slot];
-    rv_command cmd = g->sv[slot].start;
+    rv_command cmd = g->keepers[slot].start;
     uint32_t next = cb->generation + 1;
     cmd.op = RV_OP_RESTART;
     cmd.slot = slot;
@@ -261,16 +261,16 @@ RV_FN void rv_sv_granted_restart(const rv_grid_view *g, uint32_t slot, uint32_t 
     cmd.inbox_index = tail;
     rv_store_relaxed_u32(&cb->grant_floor, cb->inbox_head);
     rv_store_release_u32(&cb->grant_floor_gen, next);
-    rv_sv_create(g, &cmd, RV_EVT_RESTARTED);
+    rv_keeper_create(g, &cmd, RV_EVT_RESTARTED);
 }
 
 /* Looks at a slot whose actor raised attention: completes a pending command, reports a state change. */
-RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
+RV_FN void rv_keeper_attend(const rv_grid_view *g, uint32_t slot) {
     rv_control_block *cb = &g->blocks[slot];
-    rv_sv_record *rec = &g->sv[slot];
+    rv_keeper_record *rec = &g->keepers[slot];
     if (rec->pending_op == RV_OP_INIT) {
         if (rv_load_acquire_u32(&cb->state) == RV_STATE_INITIALIZING) return;
-        rv_sv_init_done(g, slot); /* then a failure of the new incarnation, below */
+        rv_keeper_init_done(g, slot); /* then a failure of the new incarnation, below */
     }
     if (rec->pending_op != RV_OP_NONE &&
         rv_load_acquire_u32(&cb->request_ack) == rv_load_relaxed_u32(&cb->request_seq)) {
@@ -283,7 +283,7 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
             uint32_t dropped = rv_reclaim_k2k(g, slot);
             rv_publish(g, RV_EVT_KILLED, slot, cmd, cb->last_error, cb->inbox_head, cb->failed_index, dropped);
         } else if (op == RV_OP_RESTART) {
-            rv_sv_create(g, cmd, RV_EVT_RESTARTED);
+            rv_keeper_create(g, cmd, RV_EVT_RESTARTED);
         } else if (op == RV_OP_DRAIN && (state == RV_STATE_DRAINING || state == RV_STATE_TERMINATED)) {
             rec->reported_state = RV_STATE_DRAINING;
             rv_publish(g, RV_EVT_DRAINING, slot, cmd, 0, rv_load_acquire_u32(&cb->inbox_head), RV_NO_INDEX, 0);
@@ -307,31 +307,31 @@ RV_FN void rv_sv_attend(const rv_grid_view *g, uint32_t slot) {
         rv_zero16(&note, sizeof(note) / 16);
         note.op = granted ? RV_OP_RESTART : RV_OP_NONE;
         rv_publish(g, RV_EVT_FAILED, slot, &note, cb->last_error, cb->inbox_head, cb->failed_index, 0);
-        if (granted) rv_sv_granted_restart(g, slot, tail);
+        if (granted) rv_keeper_granted_restart(g, slot, tail);
     } else if (state == RV_STATE_TERMINATED && rec->reported_state == RV_STATE_DRAINING) {
         rv_publish(g, RV_EVT_DRAINED, slot, 0, 0, cb->inbox_head, RV_NO_INDEX, rv_reclaim_k2k(g, slot));
     }
     rec->reported_state = state;
 }
 
-/* Most events one rv_sv_attend call can publish. */
+/* Most events one rv_keeper_attend call can publish. */
 #define RV_EVENTS_PER_ATTEND 3u
 
 /* Block 0's heartbeat: counted in the local region, its copy stored into the shared header (a store, never a
  * read of mapped memory). It moves with every step, every slot attended and every command carried out, so a
  * block 0 busy with a burst (each record crosses PCIe on a GPU) is never taken for a dead one. */
-RV_FN void rv_sv_beat(const rv_grid_view *g) {
-    uint64_t beats = g->local_header->supervisor_beats + 1;
-    g->local_header->supervisor_beats = beats;
-    rv_store_relaxed_u64(&g->header->supervisor_heartbeat, beats);
+RV_FN void rv_keeper_beat(const rv_grid_view *g) {
+    uint64_t beats = g->local_header->keeper_beats + 1;
+    g->local_header->keeper_beats = beats;
+    rv_store_relaxed_u64(&g->header->keeper_heartbeat, beats);
 }
 
-RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
+RV_STEP_API uint32_t rv_keeper_step(const rv_grid_view *g) {
     rv_grid_header *h = g->header;
     uint32_t out = 0;
     /* An injected device stall or halt: block 0 does nothing, and its heartbeat stops. */
     if (rv_load_acquire_u32(&h->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
-    rv_sv_beat(g);
+    rv_keeper_beat(g);
 
     /* 1. Slots that raised attention: the words the summary marks (a summary bit is cleared before its word is
      * taken, see rv_raise_attention). */
@@ -353,9 +353,9 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
                 }
                 uint32_t b = rv_ctz_u32(bits);
                 bits &= bits - 1;
-                rv_sv_attend(g, w * 32 + b);
+                rv_keeper_attend(g, w * 32 + b);
                 rv_touch_slot(g, w * 32 + b);
-                rv_sv_beat(g);
+                rv_keeper_beat(g);
                 out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
         }
@@ -381,11 +381,11 @@ RV_STEP_API uint32_t rv_supervisor_step(const rv_grid_view *g) {
         }
         rv_command cmd;
         rv_copy16_from_host(&cmd, &g->commands[head & (g->command_capacity - 1)], sizeof(rv_command) / 16);
-        rv_sv_execute(g, &cmd);
+        rv_keeper_execute(g, &cmd);
         if (cmd.slot < g->slot_count) rv_touch_slot(g, cmd.slot);
         rv_store_release_u32(&h->command_head, head + 1);
         rv_store_relaxed_u64(&h->commands_processed, rv_load_relaxed_u64(&h->commands_processed) + 1);
-        rv_sv_beat(g);
+        rv_keeper_beat(g);
         out |= RV_STEP_PROGRESS | RV_STEP_REPLIED;
     }
     return out;

@@ -23,7 +23,7 @@ typedef struct rv_grid_view {
     rv_event *events;
     rv_envelope *inboxes;
     rv_envelope *outboxes;
-    rv_sv_record *sv;
+    rv_keeper_record *keepers;
     uint32_t *attention;
     rv_k2k_meta *k2k_meta;
     rv_k2k_cell *k2k_cells;
@@ -142,7 +142,7 @@ RV_FN uint32_t *rv_attention_summary(const rv_grid_view *g) {
 }
 
 /* The slot's bit first, then its word's summary bit: block 0 clears a summary bit before it takes the word
- * (rv_supervisor_step), so a bit it misses is announced again by the summary bit set after it. */
+ * (rv_keeper_step), so a bit it misses is announced again by the summary bit set after it. */
 RV_FN void rv_raise_attention(const rv_grid_view *g, uint32_t slot) {
     uint32_t word = slot >> 5;
     rv_fetch_or_u32(&g->attention[word], 1u << (slot & 31u));
@@ -262,8 +262,8 @@ RV_STEP_API int rv_compute_layout(const rv_grid_params *p, rv_grid_header *h) {
     off = rv_align_up(off + n * p->bulk_bytes, 64);
     h->shared_bytes = off;
     off = sizeof(rv_local_header);
-    h->off_sv_records = off;
-    off = rv_align_up(off + n * sizeof(rv_sv_record), 64);
+    h->off_keeper_records = off;
+    off = rv_align_up(off + n * sizeof(rv_keeper_record), 64);
     h->off_actor_records = off;
     off = rv_align_up(off + n * sizeof(rv_actor_record), 64);
     h->off_attention = off;
@@ -293,7 +293,7 @@ RV_STEP_API int rv_grid_view_init(rv_grid_view *v, void *shared, void *local, co
     v->events = (rv_event *)(s + h->off_events);
     v->inboxes = (rv_envelope *)(s + h->off_inboxes);
     v->outboxes = (rv_envelope *)(s + h->off_outboxes);
-    v->sv = (rv_sv_record *)(l + h->off_sv_records);
+    v->keepers = (rv_keeper_record *)(l + h->off_keeper_records);
     v->attention = (uint32_t *)(l + h->off_attention);
     v->k2k_meta = (rv_k2k_meta *)(l + h->off_k2k_meta);
     v->k2k_cells = (rv_k2k_cell *)(l + h->off_k2k_cells);

@@ -1,4 +1,4 @@
-// rv_protocol.wgsl - the device protocol in WGSL: block 0's supervisor step and the actors' step, ported from
+// rv_protocol.wgsl - the device protocol in WGSL: block 0's step (the keeper) and the actors' step, ported from
 // kernels/rv_protocol.cu (the reference: same state machine, same validation, same events; read the comments
 // there for the why of each step). Differences, all forced by WebGPU:
 //   - regions are arrays of atomic words addressed by byte offsets (rv_port.wgsl); the offsets of the areas are

@@ -322,7 +322,7 @@ impl GpuActorRef {
         let gpu = self.gpu();
         let generation = gpu.generation.load(Ordering::Acquire);
         let (slots, slot) = gpu.home();
-        generation != 0 && slots.notify(slot, generation, Notice::Exit(reason))
+        generation != 0 && slots.send_notice(slot, generation, Notice::Exit(reason))
     }
 
     /// The generic handle.

@@ -363,7 +363,7 @@ impl Registry {
     }
 
     /// Tells the watchers (the event is made only if there are any).
-    fn notify(&self, event: impl FnOnce() -> RegistryEvent) {
+    fn publish(&self, event: impl FnOnce() -> RegistryEvent) {
         let mut watchers = lock(&self.inner.watchers);
         if watchers.is_empty() && !tracing::enabled!(tracing::Level::TRACE) {
             return;
@@ -392,7 +392,7 @@ impl Registry {
                 v.insert(child);
             }
         }
-        self.notify(|| RegistryEvent::Registered(name.to_string()));
+        self.publish(|| RegistryEvent::Registered(name.to_string()));
         Ok(true)
     }
 
@@ -402,14 +402,14 @@ impl Registry {
         if removed {
             let segs: Vec<&str> = name.split('/').collect();
             write(&self.inner.index).remove(&segs);
-            self.notify(|| RegistryEvent::Unregistered(name.to_string()));
+            self.publish(|| RegistryEvent::Unregistered(name.to_string()));
         }
     }
 
     /// Announces that the child bound to `name` restarted.
     pub(crate) fn rebound(&self, name: &str) {
         metrics::counter!("ringvisor_registry_rebinds_total").increment(1);
-        self.notify(|| RegistryEvent::Rebound(name.to_string()));
+        self.publish(|| RegistryEvent::Rebound(name.to_string()));
     }
 
     /// The child bound to `name`.

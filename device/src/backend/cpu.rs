@@ -5,7 +5,7 @@
 //! requests, another actor's kernel-to-kernel send) and by a step that left work behind, and a summary bit per
 //! word of 32 slots. A pass of a worker steps block 0, then the words the summary marks. A worker takes one
 //! slot's mark at a time (the word's other marks stay in the run set), and each slot's step runs on one worker
-//! at a time (a slot's claim), so a slot is never run by two workers at once, and a worker stuck in a behaviour
+//! at a time (a slot's lock), so a slot is never run by two workers at once, and a worker stuck in a behaviour
 //! that never returns holds that one slot: the other slots of its word run on the other workers. An idle actor
 //! costs nothing: the cost of a pass grows with the slots that have work, not with the slots that exist. There
 //! is no barrier between workers: a stalled actor only stops its own progress.
@@ -63,10 +63,10 @@ struct CpuShared {
     _shared: HostRegion,
     _local: HostRegion,
     _table: Box<[Option<BehaviourFn>]>,
-    supervisor_claim: AtomicU32,
-    /// One claim per slot, held while its step runs (a behaviour that never returns holds its slot alone), and
+    keeper_lock: AtomicU32,
+    /// One lock per slot, held while its step runs (a behaviour that never returns holds its slot alone), and
     /// the marks left for a slot's holder (see `rv_cpu_run_slot`).
-    slot_claims: Box<[AtomicU32]>,
+    slot_locks: Box<[AtomicU32]>,
     slot_pending: Box<[AtomicU32]>,
     summary_words: u32,
     config: CpuConfig,
@@ -131,8 +131,8 @@ impl CpuExecutor {
             _shared: shared,
             _local: local,
             _table: table,
-            supervisor_claim: AtomicU32::new(0),
-            slot_claims: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
+            keeper_lock: AtomicU32::new(0),
+            slot_locks: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             slot_pending: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             summary_words,
             config: config.clone(),
@@ -156,17 +156,17 @@ impl CpuExecutor {
     }
 }
 
-fn claim(flag: &AtomicU32) -> bool {
+fn try_lock(flag: &AtomicU32) -> bool {
     // SAFETY: AtomicU32 has the layout of u32; the C side only uses atomic operations on it.
-    unsafe { ffi::rv_cpu_try_claim(flag.as_ptr()) != 0 }
+    unsafe { ffi::rv_cpu_try_lock(flag.as_ptr()) != 0 }
 }
 
 fn release(flag: &AtomicU32) {
-    // SAFETY: as for `claim`.
+    // SAFETY: as for `try_lock`.
     unsafe { ffi::rv_cpu_release(flag.as_ptr()) }
 }
 
-/// Slots per run-set word (and per claim).
+/// Slots per run-set word.
 const SLOTS_PER_WORD: u32 = 32;
 /// Run-set words per summary word (a bit each).
 const WORDS_PER_SUMMARY_WORD: u32 = 32;
@@ -180,10 +180,10 @@ fn worker(s: &CpuShared, index: usize) {
         let seen = s.parker.epoch();
         let mut progress = 0u32;
         let mut publish = false;
-        if claim(&s.supervisor_claim) {
-            // SAFETY: the view is valid while `s` lives; the claim makes this the only block-0 runner.
-            let r = unsafe { ffi::rv_supervisor_step(view) };
-            release(&s.supervisor_claim);
+        if try_lock(&s.keeper_lock) {
+            // SAFETY: the view is valid while `s` lives; the lock makes this the only block-0 runner.
+            let r = unsafe { ffi::rv_keeper_step(view) };
+            release(&s.keeper_lock);
             progress |= r;
             publish |= r & RV_STEP_REPLIED != 0;
         }
@@ -208,14 +208,14 @@ fn worker(s: &CpuShared, index: usize) {
                     from = b + 1;
                     let slot = word * SLOTS_PER_WORD + b;
                     // SAFETY: `slot` < slot_count (a marked bit of this grid's run set); both arrays have
-                    // slot_count atomic words, used by the C side only atomically; the slot's claim makes this
+                    // slot_count atomic words, used by the C side only atomically; the slot's lock makes this
                     // the only runner of its step.
                     let r = unsafe {
                         ffi::rv_cpu_run_slot(
                             view,
                             slot,
                             s.config.budget,
-                            s.slot_claims.as_ptr() as *mut u32,
+                            s.slot_locks.as_ptr() as *mut u32,
                             s.slot_pending.as_ptr() as *mut u32,
                         )
                     };
@@ -254,7 +254,7 @@ impl Executor for CpuExecutor {
         self.shared.parker.wake();
     }
 
-    fn notify(&self, slot: u32) {
+    fn mark_work(&self, slot: u32) {
         // SAFETY: the view is valid while the executor lives; the C side checks the slot.
         let marked = unsafe { ffi::rv_cpu_mark_work(self.shared.view.0, slot) } != 0;
         // A slot already marked was marked by a sender that woke the workers, or by a running worker. A parked
@@ -337,7 +337,7 @@ mod tests {
 
         fn step_block0(&self) {
             // SAFETY: the view is valid and no other thread runs block 0.
-            unsafe { ffi::rv_supervisor_step(self.view) };
+            unsafe { ffi::rv_keeper_step(self.view) };
         }
 
         fn step_actor(&self, slot: u32) -> u32 {

@@ -1,5 +1,6 @@
 //! Executors of the device code. The CPU backend runs the protocol on a pool of host threads; the CUDA backend
-//! runs it as a persistent kernel. Both lay out memory with the same C function (`rv_compute_layout`).
+//! runs it as a persistent kernel; the WebGPU backend runs its WGSL port in rounds of dispatches. All lay out
+//! memory with the same C function (`rv_compute_layout`).
 
 pub mod cpu;
 pub mod cuda;
@@ -115,7 +116,7 @@ pub(crate) trait Executor: Send + Sync {
     fn wake(&self);
     /// The host gave `slot` work (a message, a fault; published before this call): make sure its actor runs
     /// soon. Executors that sweep every slot only wake.
-    fn notify(&self, slot: u32) {
+    fn mark_work(&self, slot: u32) {
         let _ = slot;
         self.wake();
     }

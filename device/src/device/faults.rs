@@ -66,7 +66,7 @@ impl Device {
         }
         self.inner.grid.write_faults(slot, host.fault_flags, host.fault_seq);
         drop(host);
-        self.inner.executor.notify(slot);
+        self.inner.executor.mark_work(slot);
         Ok(())
     }
 

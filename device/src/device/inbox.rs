@@ -89,7 +89,7 @@ impl DeviceInner {
             count(written);
             self.grid.publish_inbox_tail(slot, host.tail);
             drop(host);
-            self.executor.notify(slot);
+            self.executor.mark_work(slot);
         }
         Ok(written)
     }

@@ -146,7 +146,7 @@ impl DeviceInner {
             *head = head.wrapping_add(1);
             self.grid.release_outbox(slot, *head);
             if let Some(env) = reply {
-                self.route_reply(slot, env);
+                self.deliver_reply(slot, env);
             }
             held_since = None;
         }
@@ -180,7 +180,7 @@ impl DeviceInner {
         }
     }
 
-    pub(super) fn route_reply(&self, slot: u32, env: Envelope) {
+    pub(super) fn deliver_reply(&self, slot: u32, env: Envelope) {
         self.counters.replies.fetch_add(1, Ordering::Relaxed);
         let reply = Reply::from_envelope(slot, env);
         if reply.is_error() {

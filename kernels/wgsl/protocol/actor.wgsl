@@ -114,15 +114,15 @@ fn rv_actor_idle(slot: u32, host_seq: u32, device_seq: u32) -> bool {
 
 // Whether `slot` has nothing to do in this dispatch (beating at the idle rate if it is Active).
 fn rv_slot_idle(slot: u32) -> bool {
-    return rv_actor_idle(slot, s32(cb_at(slot) + O_control_block_host_seq), l32(sv_at(slot) + O_sv_record_device_seq));
+    return rv_actor_idle(slot, s32(cb_at(slot) + O_control_block_host_seq), l32(keeper_at(slot) + O_keeper_record_device_seq));
 }
 
 // On the actor's workgroup: the behaviour's init for a creation block 0 prepared.
 fn rv_actor_init(slot: u32) -> u32 {
     let cb = cb_at(slot);
-    let rec = sv_at(slot);
-    if (l32(rec + O_sv_record_pending_op) != RV_OP_INIT) { return 0u; }
-    let cmd = rec + O_sv_record_pending;
+    let rec = keeper_at(slot);
+    if (l32(rec + O_keeper_record_pending_op) != RV_OP_INIT) { return 0u; }
+    let cmd = rec + O_keeper_record_pending;
     let init_len = min(l32(cmd + O_command_init_len), RV_INIT_BYTES);
     for (var i = U.zero; i < ENV_WORDS; i = i + 1u) { m_env[i] = 0u; }
     m_env[0] = env_word0(RV_KIND_INIT, RV_FLAG_NO_REPLY, init_len);
@@ -143,7 +143,7 @@ fn rv_actor_init(slot: u32) -> u32 {
     var rc = rv_dispatch(l32(cmd + O_command_behaviour));
     if (rc == RV_STALL) { rc = RV_ERR_NOT_ALLOWED; }
     // the init's outcome, apart from the state (the incarnation may fail on a message before block 0 looks)
-    l32w(rec + O_sv_record_init_result, bitcast<u32>(rc));
+    l32w(rec + O_keeper_record_init_result, bitcast<u32>(rc));
     if (rc == RV_OK) {
         s32w(cb + O_control_block_state, RV_STATE_ACTIVE);
     } else {
@@ -160,7 +160,7 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
     let cb = cb_at(slot);
     let ar = ar_at(slot);
     let host_seq = s32(cb + O_control_block_host_seq);
-    let device_seq = l32(sv_at(slot) + O_sv_record_device_seq);
+    let device_seq = l32(keeper_at(slot) + O_keeper_record_device_seq);
     l32w(ar + O_actor_record_quiet, RV_QUIET_NO);
     l32w(ar + O_actor_record_seen_host_seq, host_seq);
     l32w(ar + O_actor_record_seen_device_seq, device_seq);

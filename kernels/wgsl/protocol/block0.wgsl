@@ -4,7 +4,7 @@
 // Part of the WGSL port of the device protocol (read wgsl/rv_protocol.wgsl for the differences WebGPU forces);
 // the twin of kernels/protocol/block0.cu (device/tests/protocol_mirror.rs keeps them in step).
 
-// ---- block 0: the device supervisor ----------------------------------------------------------------------------
+// ---- block 0: the keeper ------------------------------------------------------------------------------------
 const CMD_WORDS: u32 = SZ_command / 4u;
 const EVT_WORDS: u32 = SZ_event / 4u;
 // The command being executed (a copy of the ring's cell, or of a block-0 record).
@@ -110,10 +110,10 @@ fn rv_reclaim_k2k(slot: u32) -> u32 {
 }
 
 // (Re)creates a slot that is not running, for the command in k_cmd.
-fn rv_sv_create(success_kind: u32) {
+fn rv_keeper_create(success_kind: u32) {
     let slot = k(O_command_slot);
     let cb = cb_at(slot);
-    let rec = sv_at(slot);
+    let rec = keeper_at(slot);
     let old_head = s32(cb + O_control_block_inbox_head);
     let old_failed = s32(cb + O_control_block_failed_index);
     let old_processed = s64(cb + O_control_block_messages_processed);
@@ -139,40 +139,40 @@ fn rv_sv_create(success_kind: u32) {
     if (bitcast<i32>(consumed_end - start) > 0) { start = consumed_end; }
     s32w(cb + O_control_block_inbox_head, start);
     k_set(O_command_inbox_index, start);
-    store_cmd_to_l(rec + O_sv_record_pending);
-    store_cmd_to_l(rec + O_sv_record_start);
-    l32w(rec + O_sv_record_init_event, success_kind);
-    l32w(rec + O_sv_record_init_old_head, old_head);
-    l32w(rec + O_sv_record_init_old_failed, old_failed);
-    l32w(rec + O_sv_record_init_dropped, dropped);
-    l64w(rec + O_sv_record_init_old_processed, old_processed);
-    l32w(rec + O_sv_record_pending_op, RV_OP_INIT);
+    store_cmd_to_l(rec + O_keeper_record_pending);
+    store_cmd_to_l(rec + O_keeper_record_start);
+    l32w(rec + O_keeper_record_init_event, success_kind);
+    l32w(rec + O_keeper_record_init_old_head, old_head);
+    l32w(rec + O_keeper_record_init_old_failed, old_failed);
+    l32w(rec + O_keeper_record_init_dropped, dropped);
+    l64w(rec + O_keeper_record_init_old_processed, old_processed);
+    l32w(rec + O_keeper_record_pending_op, RV_OP_INIT);
 }
 
-// By the init's own result (rv_protocol.cu's rv_sv_init_done): a failure of the new incarnation is reported next.
-fn rv_sv_init_done(slot: u32) {
-    let rec = sv_at(slot);
-    l32w(rec + O_sv_record_pending_op, RV_OP_NONE);
-    let code = bitcast<i32>(l32(rec + O_sv_record_init_result));
+// By the init's own result (rv_protocol.cu's rv_keeper_init_done): a failure of the new incarnation is reported next.
+fn rv_keeper_init_done(slot: u32) {
+    let rec = keeper_at(slot);
+    l32w(rec + O_keeper_record_pending_op, RV_OP_NONE);
+    let code = bitcast<i32>(l32(rec + O_keeper_record_init_result));
     var kind = RV_EVT_CREATE_FAILED;
     var reported = RV_STATE_FAILED;
     if (code == RV_OK) {
-        kind = l32(rec + O_sv_record_init_event);
+        kind = l32(rec + O_keeper_record_init_event);
         reported = RV_STATE_ACTIVE;
     }
-    l32w(rec + O_sv_record_reported_state, reported);
-    load_cmd_from_l(rec + O_sv_record_pending);
-    rv_publish_processed(kind, slot, true, code, l32(rec + O_sv_record_init_old_head),
-                         l32(rec + O_sv_record_init_old_failed), l32(rec + O_sv_record_init_dropped),
-                         l64(rec + O_sv_record_init_old_processed));
+    l32w(rec + O_keeper_record_reported_state, reported);
+    load_cmd_from_l(rec + O_keeper_record_pending);
+    rv_publish_processed(kind, slot, true, code, l32(rec + O_keeper_record_init_old_head),
+                         l32(rec + O_keeper_record_init_old_failed), l32(rec + O_keeper_record_init_dropped),
+                         l64(rec + O_keeper_record_init_old_processed));
 }
 
-fn rv_sv_request(op: u32) {
+fn rv_keeper_request(op: u32) {
     let slot = k(O_command_slot);
     let cb = cb_at(slot);
-    let rec = sv_at(slot);
-    l32w(rec + O_sv_record_pending_op, k(O_command_op));
-    store_cmd_to_l(rec + O_sv_record_pending);
+    let rec = keeper_at(slot);
+    l32w(rec + O_keeper_record_pending_op, k(O_command_op));
+    store_cmd_to_l(rec + O_keeper_record_pending);
     if (op == RV_OP_DRAIN) { s32w(cb + O_control_block_drain_until, k(O_command_inbox_index)); }
     s32w(cb + O_control_block_request, op);
     s32w(cb + O_control_block_request_seq, s32(cb + O_control_block_request_seq) + 1u);
@@ -188,14 +188,14 @@ fn rv_init_valid() -> i32 {
     return RV_OK;
 }
 
-fn rv_sv_execute() {
+fn rv_keeper_execute() {
     let slot = k(O_command_slot);
     let op = k(O_command_op);
     if (slot >= g_slots) { rv_reject(RV_ERR_SLOT_RANGE); return; }
     if (op < RV_OP_CREATE || op > RV_OP_RESUME) { rv_reject(RV_ERR_BAD_COMMAND); return; }
     let cb = cb_at(slot);
-    let rec = sv_at(slot);
-    if (l32(rec + O_sv_record_pending_op) != RV_OP_NONE) { rv_reject(RV_ERR_BUSY); return; }
+    let rec = keeper_at(slot);
+    if (l32(rec + O_keeper_record_pending_op) != RV_OP_NONE) { rv_reject(RV_ERR_BUSY); return; }
     if (k(O_command_expected_generation) != s32(cb + O_control_block_generation)) {
         rv_reject(RV_ERR_STALE_GENERATION);
         return;
@@ -209,21 +209,21 @@ fn rv_sv_execute() {
             let rc = rv_init_valid();
             if (rc != RV_OK) { rv_reject(rc); return; }
             if (!rv_index_near(k(O_command_inbox_index), head)) { rv_reject(RV_ERR_BAD_COMMAND); return; }
-            rv_sv_create(RV_EVT_CREATED);
+            rv_keeper_create(RV_EVT_CREATED);
         }
         case RV_OP_RESTART: {
             if (state == RV_STATE_DORMANT || state == RV_STATE_INITIALIZING) { rv_reject(RV_ERR_ILLEGAL_TRANSITION); return; }
             let rc = rv_init_valid();
             if (rc != RV_OK) { rv_reject(rc); return; }
             if (!rv_index_near(k(O_command_inbox_index), head)) { rv_reject(RV_ERR_BAD_COMMAND); return; }
-            if (running) { rv_sv_request(RV_OP_KILL); return; }
-            rv_sv_create(RV_EVT_RESTARTED);
+            if (running) { rv_keeper_request(RV_OP_KILL); return; }
+            rv_keeper_create(RV_EVT_RESTARTED);
         }
         case RV_OP_KILL: {
-            if (running) { rv_sv_request(RV_OP_KILL); return; }
+            if (running) { rv_keeper_request(RV_OP_KILL); return; }
             if (state != RV_STATE_FAILED) { rv_reject(RV_ERR_ILLEGAL_TRANSITION); return; }
             s32w(cb + O_control_block_state, RV_STATE_TERMINATED);
-            l32w(rec + O_sv_record_reported_state, RV_STATE_TERMINATED);
+            l32w(rec + O_keeper_record_reported_state, RV_STATE_TERMINATED);
             let dropped = rv_reclaim_k2k(slot);
             rv_publish(RV_EVT_KILLED, slot, true, bitcast<i32>(s32(cb + O_control_block_last_error)), head,
                        s32(cb + O_control_block_failed_index), dropped);
@@ -231,31 +231,31 @@ fn rv_sv_execute() {
         case RV_OP_DRAIN: {
             if (state != RV_STATE_ACTIVE) { rv_reject(RV_ERR_ILLEGAL_TRANSITION); return; }
             if (k(O_command_inbox_index) - head > g_inbox_cap) { rv_reject(RV_ERR_BAD_COMMAND); return; }
-            rv_sv_request(RV_OP_DRAIN);
+            rv_keeper_request(RV_OP_DRAIN);
         }
         default: {
             if (state != RV_STATE_DRAINING) { rv_reject(RV_ERR_ILLEGAL_TRANSITION); return; }
-            rv_sv_request(RV_OP_RESUME);
+            rv_keeper_request(RV_OP_RESUME);
         }
     }
 }
 
 fn rv_touch_slot(slot: u32) {
-    let rec = sv_at(slot);
-    l32w(rec + O_sv_record_device_seq, l32(rec + O_sv_record_device_seq) + 1u);
+    let rec = keeper_at(slot);
+    l32w(rec + O_keeper_record_device_seq, l32(rec + O_keeper_record_device_seq) + 1u);
 }
 
 fn rv_restart_granted(slot: u32) -> bool {
     let cb = cb_at(slot);
-    return l32(sv_at(slot) + O_sv_record_start + O_command_op) != RV_OP_NONE &&
+    return l32(keeper_at(slot) + O_keeper_record_start + O_command_op) != RV_OP_NONE &&
            s32(cb + O_control_block_restart_grant) == s32(cb + O_control_block_generation) &&
            rv_index_near(s32(cb + O_control_block_inbox_tail), s32(cb + O_control_block_inbox_head));
 }
 
-// `tail`: the host's inbox tail read before the Failed event was published (rv_protocol.cu's rv_sv_granted_restart).
-fn rv_sv_granted_restart(slot: u32, tail: u32) {
+// `tail`: the host's inbox tail read before the Failed event was published (rv_protocol.cu's rv_keeper_granted_restart).
+fn rv_keeper_granted_restart(slot: u32, tail: u32) {
     let cb = cb_at(slot);
-    load_cmd_from_l(sv_at(slot) + O_sv_record_start);
+    load_cmd_from_l(keeper_at(slot) + O_keeper_record_start);
     let generation = s32(cb + O_control_block_generation);
     let next = generation + 1u;
     k_set(O_command_op, RV_OP_RESTART);
@@ -266,41 +266,41 @@ fn rv_sv_granted_restart(slot: u32, tail: u32) {
     k_set(O_command_inbox_index, tail);
     s32w(cb + O_control_block_grant_floor, s32(cb + O_control_block_inbox_head));
     s32w(cb + O_control_block_grant_floor_gen, next);
-    rv_sv_create(RV_EVT_RESTARTED);
+    rv_keeper_create(RV_EVT_RESTARTED);
 }
 
-fn rv_sv_attend(slot: u32) {
+fn rv_keeper_attend(slot: u32) {
     let cb = cb_at(slot);
-    let rec = sv_at(slot);
-    var pending = l32(rec + O_sv_record_pending_op);
+    let rec = keeper_at(slot);
+    var pending = l32(rec + O_keeper_record_pending_op);
     if (pending == RV_OP_INIT) {
         if (s32(cb + O_control_block_state) == RV_STATE_INITIALIZING) { return; }
-        rv_sv_init_done(slot); // then a failure of the new incarnation, below
+        rv_keeper_init_done(slot); // then a failure of the new incarnation, below
         pending = RV_OP_NONE;
     }
     if (pending != RV_OP_NONE && s32(cb + O_control_block_request_ack) == s32(cb + O_control_block_request_seq)) {
-        load_cmd_from_l(rec + O_sv_record_pending);
+        load_cmd_from_l(rec + O_keeper_record_pending);
         let state = s32(cb + O_control_block_state);
-        l32w(rec + O_sv_record_pending_op, RV_OP_NONE);
+        l32w(rec + O_keeper_record_pending_op, RV_OP_NONE);
         if (pending == RV_OP_KILL) {
-            l32w(rec + O_sv_record_reported_state, RV_STATE_TERMINATED);
+            l32w(rec + O_keeper_record_reported_state, RV_STATE_TERMINATED);
             let dropped = rv_reclaim_k2k(slot);
             rv_publish(RV_EVT_KILLED, slot, true, bitcast<i32>(s32(cb + O_control_block_last_error)),
                        s32(cb + O_control_block_inbox_head), s32(cb + O_control_block_failed_index), dropped);
         } else if (pending == RV_OP_RESTART) {
-            rv_sv_create(RV_EVT_RESTARTED);
+            rv_keeper_create(RV_EVT_RESTARTED);
         } else if (pending == RV_OP_DRAIN && (state == RV_STATE_DRAINING || state == RV_STATE_TERMINATED)) {
-            l32w(rec + O_sv_record_reported_state, RV_STATE_DRAINING);
+            l32w(rec + O_keeper_record_reported_state, RV_STATE_DRAINING);
             rv_publish(RV_EVT_DRAINING, slot, true, 0, s32(cb + O_control_block_inbox_head), RV_NO_INDEX, 0u);
         } else if (pending == RV_OP_RESUME && state == RV_STATE_ACTIVE) {
-            l32w(rec + O_sv_record_reported_state, RV_STATE_ACTIVE);
+            l32w(rec + O_keeper_record_reported_state, RV_STATE_ACTIVE);
             rv_publish(RV_EVT_RESUMED, slot, true, 0, s32(cb + O_control_block_inbox_head), RV_NO_INDEX, 0u);
         } else {
             rv_reject(RV_ERR_ILLEGAL_TRANSITION);
         }
     }
     let state = s32(cb + O_control_block_state);
-    if (state == l32(rec + O_sv_record_reported_state) || l32(rec + O_sv_record_pending_op) != RV_OP_NONE) { return; }
+    if (state == l32(rec + O_keeper_record_reported_state) || l32(rec + O_keeper_record_pending_op) != RV_OP_NONE) { return; }
     if (state == RV_STATE_FAILED) {
         let granted = rv_restart_granted(slot);
         let tail = s32(cb + O_control_block_inbox_tail); // before the event is out
@@ -308,12 +308,12 @@ fn rv_sv_attend(slot: u32) {
         k_set(O_command_op, select(RV_OP_NONE, RV_OP_RESTART, granted));
         rv_publish(RV_EVT_FAILED, slot, true, bitcast<i32>(s32(cb + O_control_block_last_error)),
                    s32(cb + O_control_block_inbox_head), s32(cb + O_control_block_failed_index), 0u);
-        if (granted) { rv_sv_granted_restart(slot, tail); }
-    } else if (state == RV_STATE_TERMINATED && l32(rec + O_sv_record_reported_state) == RV_STATE_DRAINING) {
+        if (granted) { rv_keeper_granted_restart(slot, tail); }
+    } else if (state == RV_STATE_TERMINATED && l32(rec + O_keeper_record_reported_state) == RV_STATE_DRAINING) {
         let dropped = rv_reclaim_k2k(slot);
         rv_publish(RV_EVT_DRAINED, slot, false, 0, s32(cb + O_control_block_inbox_head), RV_NO_INDEX, dropped);
     }
-    l32w(rec + O_sv_record_reported_state, state);
+    l32w(rec + O_keeper_record_reported_state, state);
 }
 
 const RV_EVENTS_PER_ATTEND: u32 = 3u;
@@ -321,13 +321,13 @@ const RV_EVENTS_PER_ATTEND: u32 = 3u;
 // Commands block 0 executes per dispatch here (RV_COMMANDS_PER_STEP, 64, elsewhere too): one invocation runs them
 // one after the other, so a long burst is spread over several dispatches instead of one long one (a GPU's
 // watchdog bounds a dispatch). On lavapipe (Mesa 22.3), a dispatch that executed more than about 110 creates
-// lost the supervisor records of a few of them (one in about 120; see docs/architecture.md, known limits).
-const SV_COMMANDS_PER_DISPATCH: u32 = 64u;
+// lost the keeper records of a few of them (one in about 120; see docs/architecture.md, known limits).
+const KEEPER_COMMANDS_PER_DISPATCH: u32 = 64u;
 
-fn rv_supervisor_step() -> u32 {
+fn rv_keeper_step() -> u32 {
     var out = 0u;
     if (rv_device_faulted()) { return 0u; }
-    s64w(O_grid_header_supervisor_heartbeat, u64_inc(s64(O_grid_header_supervisor_heartbeat)));
+    s64w(O_grid_header_keeper_heartbeat, u64_inc(s64(O_grid_header_keeper_heartbeat)));
     // The words the summary marks (a summary bit is cleared before its word is taken).
     let summary = (g_attention >> 2u) + rv_attention_words();
     let summary_words = (rv_attention_words() + 31u) / 32u;
@@ -350,14 +350,14 @@ fn rv_supervisor_step() -> u32 {
                 }
                 let b = countTrailingZeros(bits);
                 bits = bits & (bits - 1u);
-                rv_sv_attend(w * 32u + b);
+                rv_keeper_attend(w * 32u + b);
                 rv_touch_slot(w * 32u + b);
-                s64w(O_grid_header_supervisor_heartbeat, u64_inc(s64(O_grid_header_supervisor_heartbeat)));
+                s64w(O_grid_header_keeper_heartbeat, u64_inc(s64(O_grid_header_keeper_heartbeat)));
                 out = out | RV_STEP_PROGRESS | RV_STEP_REPLIED;
             }
         }
     }
-    for (var n = 0u; n < SV_COMMANDS_PER_DISPATCH; n = n + 1u) {
+    for (var n = 0u; n < KEEPER_COMMANDS_PER_DISPATCH; n = n + 1u) {
         let head = s32(O_grid_header_command_head);
         let tail = s32(O_grid_header_command_tail);
         if (head == tail) { break; }
@@ -372,11 +372,11 @@ fn rv_supervisor_step() -> u32 {
         }
         load_cmd_from_s(g_commands + (head & (g_cmd_cap - 1u)) * SZ_command);
         let slot = k(O_command_slot);
-        rv_sv_execute();
+        rv_keeper_execute();
         if (slot < g_slots) { rv_touch_slot(slot); }
         s32w(O_grid_header_command_head, head + 1u);
         s64w(O_grid_header_commands_processed, u64_inc(s64(O_grid_header_commands_processed)));
-        s64w(O_grid_header_supervisor_heartbeat, u64_inc(s64(O_grid_header_supervisor_heartbeat)));
+        s64w(O_grid_header_keeper_heartbeat, u64_inc(s64(O_grid_header_keeper_heartbeat)));
         out = out | RV_STEP_PROGRESS | RV_STEP_REPLIED;
     }
     return out;

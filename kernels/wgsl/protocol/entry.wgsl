@@ -7,7 +7,7 @@
 // ---- entry points ------------------------------------------------------------------------------------------------
 // Block 0: one workgroup of one invocation, in a dispatch of its own.
 @compute @workgroup_size(1)
-fn rv_supervisor_main() {
+fn rv_keeper_main() {
     rv_view_load();
     // A fresh work list for the actor dispatches that follow (an empty grid is x = 0).
     atomicStore(&W[0], 0u);
@@ -15,7 +15,7 @@ fn rv_supervisor_main() {
     atomicStore(&A[1], 1u);
     atomicStore(&A[2], 1u);
     g_parity = (atomicAdd(&R[0], 1u) + 1u) & 1u;
-    atomicOr(&R[1], rv_supervisor_step());
+    atomicOr(&R[1], rv_keeper_step());
 }
 
 // The actors, in two dispatches. The scan: workgroup g checks slots [g * slots_per_group, (g + 1) *

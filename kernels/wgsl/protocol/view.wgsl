@@ -19,7 +19,7 @@ var<private> g_inboxes: u32;
 var<private> g_outboxes: u32;
 var<private> g_inbox_bulk: u32;
 var<private> g_outbox_bulk: u32;
-var<private> g_sv: u32;
+var<private> g_keepers: u32;
 var<private> g_actors: u32;
 var<private> g_attention: u32;
 var<private> g_k2k_meta: u32;
@@ -46,7 +46,7 @@ fn rv_view_load() {
     g_outboxes = s32(O_grid_header_off_outboxes);
     g_inbox_bulk = s32(O_grid_header_off_inbox_bulk);
     g_outbox_bulk = s32(O_grid_header_off_outbox_bulk);
-    g_sv = s32(O_grid_header_off_sv_records);
+    g_keepers = s32(O_grid_header_off_keeper_records);
     g_actors = s32(O_grid_header_off_actor_records);
     g_attention = s32(O_grid_header_off_attention);
     g_k2k_meta = s32(O_grid_header_off_k2k_meta);
@@ -62,7 +62,7 @@ fn inbox_cell(slot: u32, index: u32) -> u32 {
 fn outbox_cell(slot: u32, index: u32) -> u32 {
     return g_outboxes + (slot * g_outbox_cap + (index & (g_outbox_cap - 1u))) * SZ_envelope;
 }
-fn sv_at(slot: u32) -> u32 { return g_sv + slot * SZ_sv_record; }
+fn keeper_at(slot: u32) -> u32 { return g_keepers + slot * SZ_keeper_record; }
 fn ar_at(slot: u32) -> u32 { return g_actors + slot * SZ_actor_record; }
 fn km_at(slot: u32) -> u32 { return g_k2k_meta + slot * SZ_k2k_meta; }
 fn kcell_at(slot: u32, index: u32) -> u32 {

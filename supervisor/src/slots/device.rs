@@ -1,6 +1,5 @@
 //! One device and what the tree keeps about it: its slot pool, who listens to each slot (the supervisor of the
-//! child running there, and the name its dead letters are filed under), and the routing of the device's
-//! events: the messages an event made undeliverable to the dead-letter queue, the end of an incarnation to
+//! child running there, and the name its dead letters are filed under), and the fan-out of the device's//! events: the messages an event made undeliverable to the dead-letter queue, the end of an incarnation to
 //! its supervisor as a notice. Routing is a hook on the device's event path (`Device::on_event`): no thread of
 //! its own, no hand-off.
 
@@ -59,7 +58,7 @@ impl DeviceSlots {
             let weak = weak.clone();
             let hook: Arc<EventHook> = Arc::new(move |event: &SlotEvent| {
                 if let Some(slots) = weak.upgrade() {
-                    slots.route(event, &dead_letters);
+                    slots.fan_out(event, &dead_letters);
                 }
             });
             DeviceSlots {
@@ -110,7 +109,7 @@ impl DeviceSlots {
     }
 
     /// Tells whoever listens to `slot` about its incarnation `generation`; false if nobody listens.
-    pub(crate) fn notify(&self, slot: u32, generation: u32, what: Notice) -> bool {
+    pub(crate) fn send_notice(&self, slot: u32, generation: u32, what: Notice) -> bool {
         let sink = self.binding(slot).and_then(|b| b.as_ref().and_then(|b| b.sink.clone()));
         let Some(sink) = sink else { return false };
         sink(SlotNotice { device: self.id, slot, generation, what });
@@ -122,9 +121,9 @@ impl DeviceSlots {
         self.binding(slot).and_then(|mut b| b.take()).map(|b| b.target)
     }
 
-    /// Routes one device event: its undeliverable messages to the dead-letter queue, the end of an
+    /// Fans one device event out: its undeliverable messages to the dead-letter queue, the end of an
     /// incarnation (failed, killed, drained) to the supervisor listening to the slot.
-    fn route(&self, event: &SlotEvent, dead_letters: &DeadLetters) {
+    fn fan_out(&self, event: &SlotEvent, dead_letters: &DeadLetters) {
         let what = match event.event.kind {
             EventKind::Failed => Some(Notice::Failed(event.event.code)),
             EventKind::Killed => Some(Notice::Killed),

@@ -1,5 +1,5 @@
 //! The CUDA driver calls the backend makes, behind one small interface: [`CudarcDriver`] calls the real driver
-//! (`libcuda.so`, through cudarc); the emulated driver (`emulated.rs`) runs the host build of the kernels and
+//! (`libcuda.so`, through cudarc); the emulated driver (`emulated/`) runs the host build of the kernels and
 //! enforces the driver's rules as errors, so the backend's host code executes in CI, where there is no GPU.
 //!
 //! Handles are plain integers (the real driver's pointers, or the emulated driver's ids): the interface is

@@ -21,7 +21,7 @@
 //! device's persistent kernel runs in the same context is deferred (a free would wait for that kernel forever).
 //!
 //! The driver calls go through [`driver::Driver`]: the real driver (cudarc) or the emulated one that runs the
-//! host build of the kernels and enforces the driver's rules (`emulated.rs`), which is how CI executes this.
+//! host build of the kernels and enforces the driver's rules (`emulated/`), which is how CI executes this.
 
 mod book;
 pub mod driver;

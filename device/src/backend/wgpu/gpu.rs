@@ -22,7 +22,7 @@ pub(super) struct Gpu {
     /// The step dispatch's indirect arguments, bound apart (see rv_port.wgsl).
     pub(super) step_grid: wgpu::Buffer,
     pub(super) step_grid_group: wgpu::BindGroup,
-    pub(super) supervisor: wgpu::ComputePipeline,
+    pub(super) keeper: wgpu::ComputePipeline,
     pub(super) scan: wgpu::ComputePipeline,
     pub(super) step: wgpu::ComputePipeline,
     /// Scan workgroups, as a 2-D grid (x, y).
@@ -205,7 +205,7 @@ impl Gpu {
                 cache: None,
             })
         };
-        let supervisor = pipeline("rv_supervisor_main", &with_grid);
+        let keeper = pipeline("rv_keeper_main", &with_grid);
         let scan = pipeline("rv_actor_scan_main", &with_grid);
         let step = pipeline("rv_actor_step_main", &regions_only);
         let buffer = |label: &str, size: u64, usage: wgpu::BufferUsages| {
@@ -274,7 +274,7 @@ impl Gpu {
                 bind_group,
                 step_grid,
                 step_grid_group,
-                supervisor,
+                keeper,
                 scan,
                 step,
                 groups,
@@ -303,7 +303,7 @@ impl Gpu {
             pass.set_bind_group(1, &self.step_grid_group, &[]);
             pass.set_pipeline(&self.step);
             pass.dispatch_workgroups_indirect(&self.step_grid, 0);
-            pass.set_pipeline(&self.supervisor);
+            pass.set_pipeline(&self.keeper);
             pass.dispatch_workgroups(1, 1, 1);
             pass.set_pipeline(&self.scan);
             pass.dispatch_workgroups(1, 1, 1);

@@ -67,7 +67,7 @@ const CB_DEVICE_LINE0: (usize, usize) =
     (offset_of!(RawControlBlock, state), offset_of!(RawControlBlock, host_pending_op));
 const CB_DEVICE_LINE2: (usize, usize) =
     (offset_of!(RawControlBlock, inbox_head), offset_of!(RawControlBlock, inbox_tail));
-const HEADER_DEVICE_LINE: usize = offset_of!(RawGridHeader, supervisor_heartbeat);
+const HEADER_DEVICE_LINE: usize = offset_of!(RawGridHeader, keeper_heartbeat);
 
 /// A byte range of the shared region to upload.
 pub(crate) struct Upload {

@@ -264,7 +264,7 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
         pass.set_bind_group(1, &gpu.step_grid_group, &[]);
         for _ in 0..s.config.rounds_per_submit {
             // block 0 (and a fresh work list), the scan for slots with work, one workgroup per such slot
-            pass.set_pipeline(&gpu.supervisor);
+            pass.set_pipeline(&gpu.keeper);
             pass.dispatch_workgroups(1, 1, 1);
             pass.set_pipeline(&gpu.scan);
             pass.dispatch_workgroups(gpu.groups.0, gpu.groups.1, 1);
