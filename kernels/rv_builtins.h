@@ -4,7 +4,7 @@
  * RV_BUILTINS(X) calls X(id, name) once per built-in, in id order. A built-in `name` is the function
  * rv_behaviour_<name>, in behaviours/<name>.cu (included by builtins.cu) and wgsl/behaviours/<name>.wgsl. The
  * host's table (host/rv_host.cpp) is generated from this list; the Rust tables (BUILTIN_BEHAVIOURS,
- * KERNEL_FILES, WGSL_BEHAVIOURS) and builtins.cu are checked against it (device/src/behaviour.rs tests).
+ * KERNEL_FILES, WGSL_BEHAVIOURS) and builtins.cu are checked against it (device/src/backend/mod.rs tests).
  * User behaviours take ids from RV_FIRST_USER_BEHAVIOUR (rv_behaviour.h) on.
  */
 #ifndef RV_BUILTINS_H

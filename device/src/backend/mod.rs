@@ -186,3 +186,49 @@ pub(crate) fn compute_layout(params: &RawGridParams) -> Result<RawGridHeader, De
     }
     Ok(header)
 }
+
+#[cfg(test)]
+mod builtin_tables {
+    use crate::behaviour::BUILTIN_BEHAVIOURS;
+
+    /// The one list of built-ins (`kernels/rv_builtins.h`): (id, name) in id order.
+    fn the_list() -> Vec<(u32, String)> {
+        include_str!("../../../kernels/rv_builtins.h")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("X(")?.split_once(')').map(|(args, _)| args.to_string()))
+            .map(|args| {
+                let (id, name) = args.split_once(',').expect("X(id, name)");
+                (id.trim().parse().expect("a numeric id"), name.trim().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_table_of_built_ins_follows_the_one_list() {
+        let list = the_list();
+        assert_eq!(list.len(), BUILTIN_BEHAVIOURS.len(), "{list:?}");
+        for ((id, name), (rust_name, rust_id, function)) in list.iter().zip(BUILTIN_BEHAVIOURS) {
+            assert_eq!((rust_name, rust_id, function), (name.as_str(), *id, format!("rv_behaviour_{name}").as_str()));
+            let path = format!("behaviours/{name}.cu");
+            assert!(super::cuda::source::KERNEL_FILES.iter().any(|(p, _)| *p == path), "{path} not embedded");
+            // SAFETY: only looks the id up in the linked kernel library's table.
+            assert!(unsafe { crate::ffi::rv_builtin_behaviour(*id) }.is_some(), "the host table lacks {name}");
+        }
+        let includes: Vec<String> = include_str!("../../../kernels/builtins.cu")
+            .lines()
+            .filter_map(|l| l.strip_prefix("#include \"behaviours/")?.strip_suffix(".cu\"").map(str::to_string))
+            .collect();
+        assert_eq!(includes, list.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(), "builtins.cu includes");
+        #[cfg(feature = "wgpu")]
+        {
+            let wgsl: Vec<(&str, &str)> =
+                super::wgpu::program::WGSL_BEHAVIOURS.iter().map(|(n, f, _)| (*n, *f)).collect();
+            let expected: Vec<(String, String)> =
+                list.iter().map(|(_, n)| (n.clone(), format!("rv_behaviour_{n}"))).collect();
+            let wgsl: Vec<(String, String)> = wgsl.iter().map(|(n, f)| (n.to_string(), f.to_string())).collect();
+            assert_eq!(wgsl, expected, "WGSL_BEHAVIOURS");
+        }
+        // SAFETY: as above.
+        assert!(unsafe { crate::ffi::rv_builtin_behaviour(list.len() as u32 + 1) }.is_none(), "nothing past the list");
+    }
+}

@@ -22,7 +22,7 @@ const PROTOCOL: [&str; 5] = [
 const F64: &str = include_str!("../../../../kernels/wgsl/rv_f64.wgsl");
 
 /// The built-in behaviours written in WGSL: name, function, source (as `kernels/rv_builtins.h` lists them; checked
-/// by a test in `behaviour.rs`).
+/// by a test in `backend/mod.rs`).
 pub(crate) const WGSL_BEHAVIOURS: [(&str, &str, &str); 6] = [
     ("echo", "rv_behaviour_echo", include_str!("../../../../kernels/wgsl/behaviours/echo.wgsl")),
     ("counter", "rv_behaviour_counter", include_str!("../../../../kernels/wgsl/behaviours/counter.wgsl")),
