@@ -22,7 +22,7 @@ async fn chaos(seed: u64, devices: usize) -> u64 {
     .await;
     println!("chaos seed {seed}:\n{}", report.table());
     assert!(report.other_errors.is_empty(), "unexpected errors: {:?}", report.other_errors);
-    assert_eq!(report.timeouts, 0, "a call timed out");
+    assert_eq!(report.timeouts, 0, "calls timed out:\n{}", report.timeout_details.join("\n"));
     let dead = report.undelivered + report.gone + report.inbox_full + report.device_lost;
     assert_eq!(report.answered + dead, report.handed, "every call is answered or a dead letter");
     assert_eq!(report.dead_letters.total(), dead, "one dead letter per call not answered ({})", report.dead_letters);

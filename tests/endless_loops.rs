@@ -63,7 +63,12 @@ async fn endless_loops_on_every_worker_restart_the_device_the_tree_comes_back_an
     for name in ["app/a", "app/b", "app/c"] {
         let msg = test_msg(1, 7);
         loop {
-            let actor = rt.gpu(name).expect("registered again");
+            // the new device is in place before the tree is started on it: the name comes back with the tree
+            let Some(actor) = rt.gpu(name) else {
+                assert!(Instant::now() < deadline, "{name} is not registered again");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
             match actor.call(&msg, Duration::from_secs(1)).await {
                 Ok(reply) if actor.device().same_device(&rt.device()) => {
                     assert_eq!(reply.payload().unwrap(), &msg[..], "{name}");

@@ -37,6 +37,8 @@ pub struct ChaosReport {
     pub gone: u64,
     pub inbox_full: u64,
     pub timeouts: u64,
+    /// For each call that timed out: its target and what the handle and the device said then.
+    pub timeout_details: Vec<String>,
     /// Calls that failed because the device was lost (each is a dead letter).
     pub device_lost: u64,
     pub other_errors: Vec<String>,
@@ -150,8 +152,26 @@ struct Tally {
     gone: AtomicU64,
     inbox_full: AtomicU64,
     timeouts: AtomicU64,
+    /// (target, when it was handed into the run, what the handle and the device said at the timeout)
+    timeout_details: std::sync::Mutex<Vec<(String, Duration, String)>>,
     device_lost: AtomicU64,
     other: std::sync::Mutex<Vec<String>>,
+}
+
+/// What the handle and its device say about a child whose call waited out its deadline.
+fn describe_stuck(actor: &ringvisor::supervisor::GpuActorRef) -> String {
+    let (index, device, slot) = actor.location();
+    format!(
+        "device {index} slot {slot}: handle {:?}; device {:?}, host saw {:?}; quarantined {}; inbox pending {:?}; \
+         device lost: {:?}; {:?}",
+        actor.status(),
+        device.lifecycle(slot).ok(),
+        device.host_view(slot).ok(),
+        device.is_quarantined(slot),
+        device.inbox_pending(slot).ok(),
+        device.loss_cause(),
+        device.snapshot(slot).ok(),
+    )
 }
 
 /// Every supervisor of the tree, with the GPU children it lists and whether each is running.
@@ -222,6 +242,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
 
     // Producers: calls through stable handles, looked up by name each time (a name outlives restarts).
     let (stop, tally) = (Arc::new(AtomicBool::new(false)), Arc::new(Tally::default()));
+    let run_start = Instant::now();
     let producers: Vec<_> = (0..cfg.producers)
         .map(|p| {
             let (stop, tally, names, services) = (stop.clone(), tally.clone(), workers.clone(), rt.services().clone());
@@ -239,6 +260,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                         1i64.to_le_bytes().to_vec()
                     };
                     tally.handed.fetch_add(1, Ordering::Relaxed);
+                    let handed = Instant::now();
                     let outcome = match actor.call(&payload, T).await {
                         // An error answer (a corrupt envelope) is an answer.
                         Ok(_) | Err(SendError::Device(DeviceError::ErrorReply { .. })) => &tally.answered,
@@ -246,7 +268,11 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
                         // Gone, or its device shut down by a device restart: a dead letter either way.
                         Err(SendError::Gone { .. } | SendError::Device(DeviceError::Closed)) => &tally.gone,
                         Err(SendError::InboxFull) => &tally.inbox_full,
-                        Err(SendError::Timeout) => &tally.timeouts,
+                        Err(SendError::Timeout) => {
+                            let detail = (name.clone(), handed - run_start, describe_stuck(&actor));
+                            tally.timeout_details.lock().unwrap().push(detail);
+                            &tally.timeouts
+                        }
                         Err(SendError::Device(DeviceError::DeviceLost)) => &tally.device_lost,
                         Err(e) => {
                             tally.other.lock().unwrap().push(e.to_string());
@@ -266,6 +292,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     let mut schedule = ChaosSchedule::new(cfg.seed, &kinds);
     let started = Instant::now();
     let mut device_lost = false;
+    let mut fault_log: Vec<(Duration, &'static str, String)> = Vec::new();
     while started.elapsed() < cfg.duration {
         if report.rss_early == 0 && started.elapsed() >= cfg.duration / 4 {
             report.rss_early = rss_bytes();
@@ -283,6 +310,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         if let Ok(n) = rt.faults().inject(target, fault) {
             if n > 0 {
                 *report.faults.entry(fault.label()).or_default() += 1;
+                fault_log.push((run_start.elapsed(), fault.label(), target.clone()));
             }
         }
         tokio::time::sleep(cfg.fault_every).await;
@@ -333,6 +361,18 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     report.gone = load(&tally.gone);
     report.inbox_full = load(&tally.inbox_full);
     report.timeouts = load(&tally.timeouts);
+    // each timeout with the faults aimed at its child or its supervisor from a second before it was handed on
+    for (name, handed, detail) in tally.timeout_details.lock().unwrap().iter() {
+        let supervisor = name.rsplit_once('/').map_or("", |(s, _)| s);
+        let near: Vec<String> = fault_log
+            .iter()
+            .filter(|(at, _, target)| {
+                *at + Duration::from_secs(1) >= *handed && (target == name || target == supervisor)
+            })
+            .map(|(at, fault, target)| format!("{fault} on {target} at {at:?}"))
+            .collect();
+        report.timeout_details.push(format!("{name}, handed at {handed:?}: {detail}; faults since: {near:?}"));
+    }
     report.device_lost = load(&tally.device_lost);
     report.other_errors = tally.other.lock().unwrap().clone();
     report.dead_letters = rt.dead_letters().stats();
