@@ -142,6 +142,90 @@ async fn a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot(on: O
     rt.shutdown().await;
 }
 
+/// A call to `actor` (a counter) whose message is in its slot's inbox when this returns; the call's own
+/// deadline is long, so that what ends it is the system, not the deadline.
+async fn call_queued_in(actor: &GpuActorRef) -> tokio::task::JoinHandle<Result<ringvisor::device::Reply, SendError>> {
+    let (device, slot) = (actor.device(), actor.slot());
+    let before = device.inbox_pending(slot).unwrap();
+    let call = {
+        let actor = actor.clone();
+        tokio::spawn(async move { actor.call(&1i64.to_le_bytes(), Duration::from_secs(60)).await })
+    };
+    eventually("the call's message in the inbox", || device.inbox_pending(slot).unwrap() > before).await;
+    call
+}
+
+/// Found by the chaos soak (seed 6151, 90 s): a call to a wedged actor whose supervisor was killed before it
+/// noticed the wedge waited out its whole deadline: the kill the dying supervisor left behind was never
+/// acknowledged, nobody looked again, and the slot went back to the pool with the message in it (a dynamic
+/// child of a simple_one_for_one pool is not started again, so nobody took the slot and found it wedged). Now
+/// the slot is settled: the unacknowledged kill with a still heartbeat gets it quarantined, and the call is a
+/// dead letter.
+async fn a_wedged_actor_whose_supervisor_is_killed_has_its_calls_dead_lettered(on: On) {
+    let pool = SupervisorSpec::simple(
+        ChildSpec::gpu("p", GpuChild::new("counter").heartbeat_timeout(Some(Duration::from_secs(30))))
+            .name("app/pool/{id}"),
+    )
+    .intensity(10, Duration::from_secs(10));
+    let tree = SupervisorSpec::new(Strategy::OneForOne)
+        .intensity(10, Duration::from_secs(10))
+        .child(ChildSpec::supervisor("pool", pool).name("app/pool"));
+    let rt = Runtime::start(config(&on), tree).await.unwrap();
+    let pool = SupervisorRef::from_child(&rt.registry().lookup("app/pool").unwrap()).unwrap();
+    pool.start_dynamic(Vec::new()).await.unwrap();
+    let (name, _) = rt.find("app/pool/*").unwrap().pop().expect("the dynamic child");
+    let p = rt.gpu(&name).unwrap();
+    let slot = p.slot();
+    assert_eq!(total(&p, 1).await.unwrap(), 1);
+    assert_eq!(rt.faults().inject(&name, InjectedFault::Wedge).unwrap(), 1);
+    // the watchdog would take 30 s: the supervisor is killed long before it notices
+    let call = call_queued_in(&p).await;
+    assert_eq!(rt.faults().inject("app/pool", InjectedFault::KillSupervisor).unwrap(), 1);
+    let outcome = call.await.unwrap();
+    assert!(
+        matches!(outcome, Err(SendError::Undelivered { reason: DeadLetterReason::SlotQuarantined, .. })),
+        "{outcome:?}"
+    );
+    assert!(rt.device().is_quarantined(slot));
+    // the pool is back (empty: its dynamic children went with it), and the slot is never handed out again
+    eventually("the pool running again", || {
+        rt.registry().lookup("app/pool").is_some_and(|c| c.status() == ChildStatus::Running)
+    })
+    .await;
+    let pool = SupervisorRef::from_child(&rt.registry().lookup("app/pool").unwrap()).unwrap();
+    pool.start_dynamic(Vec::new()).await.unwrap();
+    let (name, _) = rt.find("app/pool/*").unwrap().pop().expect("a new dynamic child");
+    let p = rt.gpu(&name).unwrap();
+    assert_ne!(p.slot(), slot);
+    assert_eq!(total(&p, 2).await.unwrap(), 2);
+    rt.shutdown().await;
+}
+
+/// The same for a child that ends for good while wedged (a temporary child the watchdog fails): its slot is
+/// quarantined and the call queued there is a dead letter, instead of the slot going back to the pool with the
+/// message in it.
+async fn a_wedged_child_that_ends_for_good_has_its_calls_dead_lettered(on: On) {
+    let tree = SupervisorSpec::new(Strategy::OneForOne).intensity(10, Duration::from_secs(10)).child(
+        ChildSpec::gpu("t", GpuChild::new("counter").heartbeat_timeout(Some(Duration::from_millis(200))))
+            .name("app/t")
+            .restart(Restart::Temporary),
+    );
+    let rt = Runtime::start(config(&on), tree).await.unwrap();
+    let t = rt.gpu("app/t").unwrap();
+    let slot = t.slot();
+    assert_eq!(total(&t, 1).await.unwrap(), 1);
+    assert_eq!(rt.faults().inject("app/t", InjectedFault::Wedge).unwrap(), 1);
+    let call = call_queued_in(&t).await;
+    let outcome = call.await.unwrap();
+    assert!(
+        matches!(outcome, Err(SendError::Undelivered { reason: DeadLetterReason::SlotQuarantined, .. })),
+        "{outcome:?}"
+    );
+    assert!(rt.device().is_quarantined(slot));
+    assert!(rt.gpu("app/t").is_none(), "a temporary child is not restarted");
+    rt.shutdown().await;
+}
+
 async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel(on: On) {
     let config = config(&on).lost_after(Some(Duration::from_millis(300)));
     let rt = Runtime::builder().device(config).start(tree()).await.unwrap();
@@ -244,6 +328,8 @@ async fn a_device_that_keeps_dying_makes_the_runtime_give_up(on: On) {
 
 on_every_backend!(
     a_wedged_actor_is_quarantined_and_its_child_moves_to_another_slot,
+    a_wedged_actor_whose_supervisor_is_killed_has_its_calls_dead_lettered,
+    a_wedged_child_that_ends_for_good_has_its_calls_dead_lettered,
     a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel,
     too_many_quarantined_slots_restart_the_device,
     a_short_executor_stall_is_ridden_out_without_restarts,

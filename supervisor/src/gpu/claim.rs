@@ -178,64 +178,106 @@ fn kill_if_running(device: &Device, slot: u32) -> Option<Result<PendingCommand, 
 
 /// A GPU child whose supervisor is gone without stopping it (a killed supervisor): whatever runs in its slot
 /// is killed (as [`stop_orphaned_slot`] does) and the slot given back. Returns true when that is left to a
-/// follow-up task because a command
-/// is in flight on the slot (the supervisor was killed in the middle of a start): the task waits for it, and
-/// if the actor never acknowledges it (wedged inside its behaviour) quarantines the slot, which hands back
-/// the messages queued there (their callers get dead letters instead of waiting for their deadlines). The
-/// caller must then not give the slot back itself.
+/// follow-up task ([`settle`]) because the slot's actor has not stopped yet (a kill is on its way, or a command
+/// of an interrupted start is in flight); the caller must then not give the slot back itself.
 pub(crate) fn abandon_slot(gpu: &GpuActorShared) -> bool {
     if kill_granted_restart(gpu) {
         return false;
     }
     let (slots, slot) = gpu.home();
-    let device = slots.device.clone();
-    if !matches!(kill_if_running(&device, slot), Some(Err(DeviceError::CommandInFlight { .. }))) {
-        return false;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return false };
-    let heartbeat = device.snapshot(slot).map_or(0, |s| s.heartbeat);
-    runtime.spawn(async move {
-        let since = tokio::time::Instant::now();
-        loop {
-            match device.kill(slot) {
-                Err(DeviceError::CommandInFlight { .. }) => {
-                    if since.elapsed() >= ABANDONED_ACK_WAIT && is_wedged(&device, slot, heartbeat) {
-                        tracing::warn!(slot, "abandoned GPU actor wedged: slot quarantined");
-                        slots.quarantine(slot);
-                        break;
-                    }
-                    tokio::time::sleep(ABANDONED_POLL).await;
-                }
-                Ok(pending) => {
-                    let _ = pending.wait(ABANDONED_ACK_WAIT).await;
-                    break;
-                }
-                // Nothing left to kill, or the device is gone.
-                Err(_) => break,
+    let kill = kill_if_running(&slots.device, slot);
+    settle_in_background(slots, slot, kill, true)
+}
+
+/// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
+/// letters (a restart would have kept the ones sent after the failure), and so is an incarnation block 0
+/// started under a grant. A slot whose actor has still not stopped (its kill not acknowledged yet) is settled
+/// by a follow-up task ([`settle`]), so that a wedged actor is quarantined and its queued messages handed back
+/// instead of waiting for their callers' deadlines. With `give_back`, the slot returns to the pool (after the
+/// follow-up, if there is one).
+pub(crate) fn retire_slot(gpu: &GpuActorShared, give_back: bool) {
+    let (slots, slot) = gpu.home();
+    if !kill_granted_restart(gpu) {
+        let device = &slots.device;
+        let kill = match device.host_view(slot) {
+            Ok((_, SlotState::Failed)) => {
+                let _ = device.kill(slot); // block 0 kills a failed slot itself: nothing to settle
+                None
             }
+            _ => kill_if_running(device, slot),
+        };
+        if settle_in_background(slots.clone(), slot, kill, give_back) {
+            return;
         }
+    }
+    if give_back {
         release_slot(&slots, slot);
+    }
+}
+
+/// Starts [`settle`] for `slot` after `kill` (what killing it returned: `None` if nothing ran there), then gives
+/// the slot back if `give_back`. False when there is nothing to settle (nothing ran there, the kill was refused
+/// for good, or there is no runtime to run the follow-up on).
+fn settle_in_background(
+    slots: Arc<DeviceSlots>,
+    slot: u32,
+    kill: Option<Result<PendingCommand, DeviceError>>,
+    give_back: bool,
+) -> bool {
+    let pending = match kill {
+        Some(Ok(pending)) => Some(pending),
+        Some(Err(DeviceError::CommandInFlight { .. })) => None,
+        None | Some(Err(_)) => return false,
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return false };
+    let heartbeat = slots.device.snapshot(slot).map_or(0, |s| s.heartbeat);
+    runtime.spawn(async move {
+        settle(&slots, slot, pending, heartbeat).await;
+        if give_back {
+            release_slot(&slots, slot);
+        }
     });
     true
 }
 
-/// How long an abandoned slot's in-flight command may go unacknowledged before a still heartbeat makes the
-/// actor wedged (the default heartbeat timeout), and how often it is looked at meanwhile.
-const ABANDONED_ACK_WAIT: Duration = crate::child::DEFAULT_HEARTBEAT_TIMEOUT;
-const ABANDONED_POLL: Duration = Duration::from_millis(10);
-
-/// When a GPU child ends for good: a failed slot is killed so the messages still queued in it become dead
-/// letters (a restart would have kept the ones sent after the failure), and so is an incarnation block 0
-/// started under a grant.
-pub(crate) fn retire_slot(gpu: &GpuActorShared) {
-    if kill_granted_restart(gpu) {
-        return;
-    }
-    let (device, slot) = gpu.placed();
-    if let Ok((_, SlotState::Failed)) = device.host_view(slot) {
-        let _ = device.kill(slot);
+/// Waits until the actor in `slot` has stopped: its kill (`pending`, or one submitted once the command in
+/// flight is done) acknowledged. An actor that acknowledges nothing for [`ABANDONED_ACK_WAIT`] while its
+/// heartbeat stands at `heartbeat` is wedged inside its behaviour: the slot is quarantined, which hands back
+/// the messages queued there (their callers get dead letters instead of waiting for their deadlines).
+async fn settle(slots: &DeviceSlots, slot: u32, mut pending: Option<PendingCommand>, heartbeat: u64) {
+    let device = &slots.device;
+    let since = tokio::time::Instant::now();
+    loop {
+        if let Some(kill) = pending.take() {
+            if !matches!(kill.wait(ABANDONED_ACK_WAIT).await, Err(DeviceError::Timeout)) {
+                return; // killed (or ended another way)
+            }
+        }
+        let running = matches!(
+            device.host_view(slot),
+            Ok((_, SlotState::Active | SlotState::Draining | SlotState::Initializing))
+        );
+        if !running {
+            return;
+        }
+        if since.elapsed() >= ABANDONED_ACK_WAIT && is_wedged(device, slot, heartbeat) {
+            tracing::warn!(slot, "GPU actor wedged after its child ended: slot quarantined");
+            slots.quarantine(slot);
+            return;
+        }
+        match device.kill(slot) {
+            Ok(kill) => pending = Some(kill),
+            Err(DeviceError::CommandInFlight { .. }) => tokio::time::sleep(ABANDONED_POLL).await,
+            // nothing left to kill, or the device is gone
+            Err(_) => return,
+        }
     }
 }
+
+/// How long a retired or abandoned slot's kill may go unacknowledged before a still heartbeat makes the actor
+/// wedged (the default heartbeat timeout), and how often it is looked at meanwhile.
+const ABANDONED_ACK_WAIT: Duration = crate::child::DEFAULT_HEARTBEAT_TIMEOUT;
+const ABANDONED_POLL: Duration = Duration::from_millis(10);
 
 /// A restart block 0 carries out under a grant that no incarnation will take: once it is done, the
 /// incarnation it started (that generation only) is killed. False if there was none.

@@ -114,19 +114,15 @@ impl SupervisorState {
         self.retire_keeping_slot(child, false);
     }
 
-    /// [`Self::retire`]; with `slot_taken_over`, the child's slot is given back by someone else (see
-    /// `claim::abandon_slot`).
+    /// [`Self::retire`]; with `slot_taken_over`, the child's slot is settled and given back by someone else (see
+    /// `gpu::abandon`).
     pub(super) fn retire_keeping_slot(&self, mut child: Child, slot_taken_over: bool) {
         child.set_run(Run::Undefined, ChildStatus::Gone);
         if let Some(name) = &child.spec.name {
             self.services.registry().unbind(name, &child.handle());
         }
-        if let Some(gpu) = &child.shared.gpu_actor {
-            gpu::retire(gpu);
-            if !slot_taken_over {
-                let (slots, slot) = gpu.home();
-                gpu::release_slot(&slots, slot);
-            }
+        if let Some(gpu) = child.shared.gpu_actor.as_ref().filter(|_| !slot_taken_over) {
+            gpu::retire(gpu, true);
         }
     }
 

@@ -389,7 +389,7 @@ impl SupervisorState {
         let child = &mut self.children[idx];
         child.set_run(Run::Undefined, ChildStatus::Stopped);
         if let Some(actor) = &child.shared.gpu_actor {
-            gpu::retire(actor);
+            gpu::retire(actor, false); // the child keeps its slot
         }
     }
 
