@@ -21,6 +21,9 @@ async fn chaos(seed: u64, devices: usize) -> u64 {
     })
     .await;
     println!("chaos seed {seed}:\n{}", report.table());
+    if !report.down_after_2s.is_empty() {
+        println!("down 2 s after the last fault: {}", report.down_after_2s);
+    }
     assert!(report.other_errors.is_empty(), "unexpected errors: {:?}", report.other_errors);
     assert_eq!(report.timeouts, 0, "calls timed out:\n{}", report.timeout_details.join("\n"));
     let dead = report.undelivered + report.gone + report.inbox_full + report.device_lost;

@@ -45,6 +45,8 @@ pub struct ChaosReport {
     pub dead_letters: DeadLetterStats,
     pub converged: Option<Duration>,
     pub not_running: Vec<String>,
+    /// What was still down 2 s after the last fault, if anything was.
+    pub down_after_2s: String,
     pub free_slots_before: usize,
     pub free_slots_after: usize,
     /// Slots quarantined on the devices at the end.
@@ -319,8 +321,20 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     report.rss_end = rss_bytes();
     // Convergence: every child every supervisor lists is running again.
     let deadline = last_fault + Duration::from_secs(20);
+    let mut sampled = false;
     loop {
         let (_, not_running) = walk(rt.top()).await;
+        if !sampled && last_fault.elapsed() >= Duration::from_secs(2) {
+            // what is still down 2 s after the last fault (a slow convergence says who)
+            sampled = true;
+            let quarantined: Vec<Vec<u32>> = (0..cfg.devices).map(|i| rt.services().quarantined_slots_on(i)).collect();
+            report.down_after_2s = format!(
+                "{} children not running: {:?}; device health {:?}; quarantined {quarantined:?}",
+                not_running.len(),
+                not_running.iter().take(8).collect::<Vec<_>>(),
+                rt.devices().iter().map(|d| d.health()).collect::<Vec<_>>(),
+            );
+        }
         if not_running.is_empty() {
             report.converged = Some(last_fault.elapsed());
             break;
