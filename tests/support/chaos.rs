@@ -176,13 +176,18 @@ fn describe_stuck(actor: &ringvisor::supervisor::GpuActorRef) -> String {
     )
 }
 
-/// Every supervisor of the tree, with the GPU children it lists and whether each is running.
+/// Every supervisor of the tree, with the GPU children it lists and whether each is running. A supervisor that
+/// cannot be asked (its parent lists an incarnation that has just died) counts as not running: its children
+/// are not counted, so the tree is not settled.
 async fn walk(root: &SupervisorRef) -> (usize, Vec<String>) {
     let mut gpu = 0;
     let mut not_running = Vec::new();
     let mut stack = vec![root.clone()];
     while let Some(sup) = stack.pop() {
-        let Ok(children) = sup.which_children().await else { continue };
+        let Ok(children) = sup.which_children().await else {
+            not_running.push("a supervisor that does not answer".to_string());
+            continue;
+        };
         for c in children {
             if c.state != RunState::Running {
                 not_running.push(format!("{} ({:?})", c.id, c.state));
@@ -349,15 +354,18 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
     for p in producers {
         p.await.expect("producer");
     }
-    // The slots of children whose supervisor was killed in the middle of a start come back once a
-    // follow-up task has settled them (up to a heartbeat timeout for a wedged actor): give it that long.
-    let settle = Instant::now() + Duration::from_secs(5);
+    // The slots of children whose supervisor was killed or whose child ended for good come back once a
+    // follow-up task has settled them (up to a heartbeat timeout for a wedged actor), and a supervisor killed at
+    // the last fault may still be starting its children (up to a start timeout): wait for a tree that answers
+    // and accounts for every slot, as long as convergence may take.
+    let settle = Instant::now() + Duration::from_secs(20);
     loop {
-        let (gpu_children, _) = walk(rt.top()).await;
+        let (gpu_children, not_running) = walk(rt.top()).await;
         report.gpu_children = gpu_children;
         report.free_slots_after = rt.services().free_slots();
         report.quarantined_after = (0..cfg.devices).map(|i| rt.services().quarantined_slots_on(i).len()).sum();
-        if report.free_slots_after + report.quarantined_after + gpu_children == 256 || Instant::now() > settle {
+        let accounted = report.free_slots_after + report.quarantined_after + gpu_children == 256;
+        if (accounted && not_running.is_empty()) || Instant::now() > settle {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
