@@ -277,7 +277,7 @@ async fn settle(slots: &DeviceSlots, slot: u32, mut pending: Option<PendingComma
 /// How long a retired or abandoned slot's kill may go unacknowledged before a still heartbeat makes the actor
 /// wedged (the default heartbeat timeout), and how often it is looked at meanwhile.
 const ABANDONED_ACK_WAIT: Duration = crate::child::DEFAULT_HEARTBEAT_TIMEOUT;
-const ABANDONED_POLL: Duration = Duration::from_millis(10);
+const ABANDONED_POLL: Duration = Duration::from_millis(1);
 
 /// A restart block 0 carries out under a grant that no incarnation will take: once it is done, the
 /// incarnation it started (that generation only) is killed. False if there was none.
