@@ -284,6 +284,7 @@ fn rejection(all: &Stream<SlotEvent>) -> String {
     }
 }
 
+/// Whether `slot`'s actor has failed (a message sent there waits for a restart nobody makes in this test).
 fn failed(d: &Device, slot: u32) -> bool {
     d.snapshot(slot).unwrap().state == SlotState::Failed
 }
