@@ -118,6 +118,26 @@ fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     assert_eq!(i64_of(&d.call(2, &7i64.to_le_bytes(), T).unwrap()), 7);
 }
 
+/// A wedge is aimed at the incarnation it strikes. One that stopped before it saw the bit (its kill acknowledged
+/// first), or a bit set on a stopped slot, must not wedge the next incarnation: its create would never complete
+/// and its start would wait out its timeout (seen in the chaos soak as slow convergence). A wedged running
+/// actor still refuses its restart (above).
+fn a_wedge_left_on_a_stopped_slot_does_not_wedge_its_next_incarnation() {
+    let d = counter_device(2, Some(Duration::from_secs(30)));
+    d.kill(1).unwrap().wait_blocking(T).unwrap();
+    d.inject(1, SlotFault::Wedge).unwrap();
+    let created = d.create(1, "counter", &5i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
+    assert_eq!((created.event.kind, created.event.generation), (EventKind::Created, 2));
+    assert_eq!(i64_of(&d.call(1, &1i64.to_le_bytes(), T).unwrap()), 6, "the new incarnation runs");
+    // the same for a failed slot restarted
+    d.inject(1, SlotFault::CrashNextMessage).unwrap();
+    assert!(d.call(1, &1i64.to_le_bytes(), T).is_err());
+    eventually("failed", || d.snapshot(1).unwrap().state == SlotState::Failed);
+    d.inject(1, SlotFault::Wedge).unwrap();
+    d.restart(1, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(i64_of(&d.call(1, &3i64.to_le_bytes(), T).unwrap()), 3);
+}
+
 fn a_halt_is_for_good_even_if_a_stall_ends_after_it() {
     let d = counter_device(1, Some(Duration::from_millis(300)));
     d.inject_device(DeviceFault::Stall).unwrap();
@@ -131,5 +151,6 @@ on_every_backend!(
     a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for,
     a_device_without_lost_after_is_never_declared_lost,
     a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined,
+    a_wedge_left_on_a_stopped_slot_does_not_wedge_its_next_incarnation,
     a_halt_is_for_good_even_if_a_stall_ends_after_it,
 );

@@ -215,6 +215,16 @@ impl Device {
             init: [0; RV_INIT_BYTES as usize],
         };
         raw.init[..req.init.len()].copy_from_slice(&req.init);
+        // An injected wedge strikes the incarnation it finds running. A new incarnation of a slot where none runs
+        // (a create, or the restart of a failed slot) starts clear of one left there: its init would otherwise
+        // never run. A wedged running actor keeps it (its restart must find it wedged), and a quarantined slot
+        // takes no command. Written before the command, so the actor that runs the init sees it cleared.
+        let stopped = !matches!(host.state, SlotState::Active | SlotState::Draining | SlotState::Initializing);
+        let recreate = matches!(req.op, CommandOp::Create | CommandOp::Restart);
+        if recreate && stopped && host.fault_flags & RV_FAULT_WEDGE != 0 {
+            host.fault_flags &= !RV_FAULT_WEDGE;
+            inner.grid.write_faults(req.slot, host.fault_flags, host.fault_seq);
+        }
         let floor = (req.op == CommandOp::Restart).then(|| inner.grid.inbox_head(req.slot));
         let completion = Arc::new(Completion::new());
         lock(&inner.commands).insert(cmd_id, completion.clone());
