@@ -6,13 +6,13 @@
 //! - nothing in the protocol copies or zeroes the shared region byte by byte (each byte would be its own PCIe
 //!   transaction): envelopes, commands and events move with 16-byte accesses (`rv_copy16`, `rv_copy_envelope`).
 
-/// The protocol's parts (`kernels/rv_protocol.cu` includes them in this order).
-const PROTOCOL: [(&str, &str); 4] = [
-    ("protocol/view.cu", include_str!("../../kernels/protocol/view.cu")),
-    ("protocol/api.cu", include_str!("../../kernels/protocol/api.cu")),
-    ("protocol/actor.cu", include_str!("../../kernels/protocol/actor.cu")),
-    ("protocol/block0.cu", include_str!("../../kernels/protocol/block0.cu")),
-];
+mod protocol_parts;
+
+/// The protocol's parts, as (file, source).
+fn protocol() -> Vec<(String, String)> {
+    protocol_parts::parts().into_iter().map(|p| (p.c_file, p.c)).collect()
+}
+
 const ENTRY: &str = include_str!("../../kernels/rv_entry.cu");
 
 /// Expressions naming LOCAL-region fields.
@@ -41,9 +41,11 @@ fn sys_scope_calls(source: &str) -> Vec<(usize, String)> {
 #[test]
 fn system_scope_is_only_used_on_the_shared_region() {
     let mut wrong = Vec::new();
-    let protocol_calls: usize = PROTOCOL.iter().map(|(_, source)| sys_scope_calls(source).len()).sum();
+    let protocol = protocol();
+    let protocol_calls: usize = protocol.iter().map(|(_, source)| sys_scope_calls(source).len()).sum();
     assert!(protocol_calls >= 40, "the protocol: the scan found only {protocol_calls} calls");
-    for (file, source) in PROTOCOL.iter().chain(&[("rv_entry.cu", ENTRY)]) {
+    let entry = ("rv_entry.cu".to_string(), ENTRY.to_string());
+    for (file, source) in protocol.iter().chain([&entry]) {
         let calls = sys_scope_calls(source);
         assert!(!calls.is_empty() || file.ends_with("view.cu"), "{file}: the scan found no call");
         for (line, arg) in calls {
@@ -67,7 +69,8 @@ fn the_scan_finds_a_planted_system_scope_access_to_the_local_region() {
 fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
     // Byte-wise copies are only for payload bytes into a stack copy or a local-region cell, and for building
     // the header on the host.
-    let lines = PROTOCOL.iter().flat_map(|&(file, source)| source.lines().enumerate().map(move |(n, l)| (file, n, l)));
+    let protocol = protocol();
+    let lines = protocol.iter().flat_map(|(file, source)| source.lines().enumerate().map(move |(n, l)| (file, n, l)));
     for (file, n, line) in lines {
         let line = line.trim();
         if line.contains("rv_copy_bytes(") || line.contains("rv_zero_bytes(") {
@@ -94,6 +97,6 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
         "rv_copy_to_bulk(g->outbox_bulk + ",
         "rv_copy_to_bulk(g->k2k_bulk + ",
     ] {
-        assert!(PROTOCOL.iter().any(|(_, source)| source.contains(needle)), "missing: {needle}");
+        assert!(protocol.iter().any(|(_, source)| source.contains(needle)), "missing: {needle}");
     }
 }

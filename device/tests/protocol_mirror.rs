@@ -6,17 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The parts of the protocol, in order: (part, C source, WGSL source).
-const PARTS: [(&str, &str, &str); 4] = [
-    ("view", include_str!("../../kernels/protocol/view.cu"), include_str!("../../kernels/wgsl/protocol/view.wgsl")),
-    ("api", include_str!("../../kernels/protocol/api.cu"), include_str!("../../kernels/wgsl/protocol/api.wgsl")),
-    ("actor", include_str!("../../kernels/protocol/actor.cu"), include_str!("../../kernels/wgsl/protocol/actor.wgsl")),
-    (
-        "block0",
-        include_str!("../../kernels/protocol/block0.cu"),
-        include_str!("../../kernels/wgsl/protocol/block0.wgsl"),
-    ),
-];
+mod protocol_parts;
 
 /// The same function under two names: (C, WGSL, why the names differ).
 const SAME_FUNCTION: &[(&str, &str, &str)] = &[
@@ -245,10 +235,10 @@ fn calls(body: &str, known: &BTreeSet<String>) -> Vec<String> {
 }
 
 /// Every way the C and WGSL parts differ that the lists above do not explain.
-fn differences(parts: &[(&str, String, String)]) -> Vec<String> {
+fn differences(parts: &[(String, String, String)]) -> Vec<String> {
     let mut problems = Vec::new();
     let sides: Vec<(&str, Vec<Function>, Vec<Function>)> =
-        parts.iter().map(|(part, c, w)| (*part, functions(c, Side::C), functions(w, Side::Wgsl))).collect();
+        parts.iter().map(|(part, c, w)| (part.as_str(), functions(c, Side::C), functions(w, Side::Wgsl))).collect();
     let names = |f: &[Function]| f.iter().map(|f| f.name.clone()).collect::<BTreeSet<_>>();
     let all_c: BTreeSet<String> = sides.iter().flat_map(|(_, c, _)| names(c)).collect();
     let all_w: BTreeSet<String> = sides.iter().flat_map(|(_, _, w)| names(w)).collect();
@@ -297,8 +287,14 @@ fn differences(parts: &[(&str, String, String)]) -> Vec<String> {
     problems
 }
 
-fn sources() -> Vec<(&'static str, String, String)> {
-    PARTS.iter().map(|&(part, c, w)| (part, c.to_string(), w.to_string())).collect()
+/// Every part as (stem, C source, WGSL source), in the order `kernels/rv_protocol.cu` includes them.
+fn sources() -> Vec<(String, String, String)> {
+    protocol_parts::parts().into_iter().map(|p| (p.stem, p.c, p.wgsl)).collect()
+}
+
+/// The part named `stem` of `parts`.
+fn part<'a>(parts: &'a mut [(String, String, String)], stem: &str) -> &'a mut (String, String, String) {
+    parts.iter_mut().find(|p| p.0 == stem).expect("a part of the protocol")
 }
 
 #[test]
@@ -315,8 +311,9 @@ fn every_allowance_is_still_needed() {
     let defined: Vec<(&str, Side, String)> = parts
         .iter()
         .flat_map(|(part, c, w)| {
-            let c = functions(c, Side::C).into_iter().map(move |f| (*part, Side::C, f.name));
-            c.chain(functions(w, Side::Wgsl).into_iter().map(move |f| (*part, Side::Wgsl, f.name)))
+            let part = part.as_str();
+            let c = functions(c, Side::C).into_iter().map(move |f| (part, Side::C, f.name));
+            c.chain(functions(w, Side::Wgsl).into_iter().map(move |f| (part, Side::Wgsl, f.name)))
         })
         .collect();
     for (part, side, names, _) in ONE_SIDED {
@@ -348,7 +345,8 @@ fn swap_after(text: &str, within: &str, a: &str, b: &str) -> String {
 fn a_check_reordered_in_one_source_is_found() {
     let mut parts = sources();
     // block 0 validates a create's init before its slot index in both sources; swap the two checks in C only
-    parts[3].1 = swap_after(&parts[3].1, "rv_keeper_execute(", "rv_init_valid(", "rv_index_near(");
+    let block0 = part(&mut parts, "block0");
+    block0.1 = swap_after(&block0.1, "rv_keeper_execute(", "rv_init_valid(", "rv_index_near(");
     let problems = differences(&parts);
     assert!(problems.iter().any(|p| p.contains("`rv_keeper_execute` calls differently")), "{problems:?}");
 }
@@ -357,14 +355,14 @@ fn a_check_reordered_in_one_source_is_found() {
 fn a_function_moved_in_one_source_or_defined_on_one_side_only_is_found() {
     let mut parts = sources();
     // move rv_outbox_has_room after rv_envelope_valid in the WGSL actor part
-    let w = &parts[2].2;
+    let w = &part(&mut parts, "actor").2;
     let start = w.find("fn rv_outbox_has_room(").expect("defined");
     let end = start + w[start..].find("\n}\n").expect("ends") + 3;
     let moved = w[start..end].to_string();
     let rest = format!("{}{}", &w[..start], &w[end..]);
     let at = rest.find("fn rv_state_read_len(").expect("defined");
-    parts[2].2 = format!("{}{moved}{}", &rest[..at], &rest[at..]);
-    parts[1].1.push_str("\nRV_FN int rv_new_check(const rv_grid_view *g) { return 0; }\n");
+    part(&mut parts, "actor").2 = format!("{}{moved}{}", &rest[..at], &rest[at..]);
+    part(&mut parts, "api").1.push_str("\nRV_FN int rv_new_check(const rv_grid_view *g) { return 0; }\n");
     let problems = differences(&parts);
     assert!(
         problems.iter().any(|p| p.starts_with("actor: the shared functions are in a different order")),
