@@ -92,7 +92,7 @@ device_suite() { step "$1" "$2" "$bin/test-$1" --test-threads=1 gpu:: --skip wgp
 suite() { local name=$1 limit=$2; shift 2; step "$name" "$limit" "$bin/test-$name" --test-threads=1 "$@"; }
 
 step floor-and-calls 60 "$bin/ringvisor-bench" --quick --only-cuda
-step liveness 120 "$bin/ringvisor-bench" --only-liveness
+step liveness 90 "$bin/ringvisor-bench" --only-liveness
 device_suite lifecycle 90
 device_suite large_messages 60
 device_suite routing 60
