@@ -85,6 +85,9 @@
 #define RV_FLAG_NO_REPLY 1u
 /* The payload (over RV_PAYLOAD_BYTES) lies in a bulk area: the envelope's payload is an rv_bulk_ref to it. */
 #define RV_FLAG_BULK 2u
+/* Traced (Device::trace_call): the actor records when its step saw, read, ran and answered this message in the
+ * grid header's trace_ns (device clock in host time), for the hop-by-hop breakdown of a call. */
+#define RV_FLAG_TRACE 4u
 /* Most bytes per bulk area of a slot (DeviceConfig's bulk_bytes: a power of two, or 0 for none). */
 #define RV_MAX_BULK_BYTES (1u << 24)
 
@@ -285,12 +288,14 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint32_t device_faults; /* RV_DEVICE_* bits */
     uint8_t host_reserved[56];
 
-    /* line 4: written by block 0. */
+    /* line 4: written by the device (block 0, but for the trace). */
     uint64_t keeper_heartbeat;
     uint64_t commands_processed;
     uint64_t events_published;
     uint32_t blocks_started; /* blocks of the persistent kernel that have entered it (the launch handshake) */
-    uint8_t device_reserved[36];
+    uint32_t trace_slot;     /* the slot that answered the last traced message (RV_FLAG_TRACE) ... */
+    uint64_t trace_ns[4];    /* ... and when (host time): its step began, read it, ran it, published the reply;
+                              * trace_ns[3] stored last (release) */
 
     /* lines 5-8: command ring and event ring indices, producer and consumer on separate lines. */
     uint32_t command_tail; /* host */
@@ -343,7 +348,8 @@ typedef struct RV_ALIGN(64) rv_actor_record {
     uint32_t outbox_bulk_tail; /* producer of the outbox's bulk area (bytes, free-running; kept across incarnations) */
     uint64_t beats;        /* heartbeats so far (the control block's heartbeat is a copy) */
     uint64_t next_beat_ns; /* an idle Active slot beats at most once per RV_IDLE_BEAT_NS */
-    uint8_t reserved[32];
+    uint32_t checked_device_seq; /* device_seq when a step last read block 0's request words */
+    uint8_t reserved[28];
 } rv_actor_record;
 
 /* Per-slot kernel-to-kernel ring indices: multi-producer tail and single-consumer head, separate lines. */

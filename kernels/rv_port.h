@@ -238,26 +238,42 @@ RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)__builtin_ctz(x); }
 /* 16-byte copies and zeroing, for aligned data: one 16-byte access each on the GPU (a byte loop would be 16
  * separate transactions, each a PCIe round trip on mapped memory). `units` counts 16-byte units. */
 #if RV_CUDA
-RV_FN void rv_copy16(void *dst, const void *src, uint32_t units) {
-    for (uint32_t i = 0; i < units; ++i) {
-        unsigned long long a, b;
-        asm volatile("ld.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"((const char *)src + 16ull * i) : "memory");
-        asm volatile("st.v2.u64 [%0], {%1, %2};" ::"l"((char *)dst + 16ull * i), "l"(a), "l"(b) : "memory");
+/* Copies `units` 16-byte units with the load instruction LD ("ld" or "ld.volatile"): up to
+ * RV_LOADS_IN_FLIGHT loads are issued before the first store that uses one. A store waits for its load, so a
+ * load-store pair per 16 bytes waits out one memory round trip each: across PCIe (mapped memory: host cells,
+ * bulk payloads) eight pairs cost eight round trips; issued together the loads overlap and cost about one. */
+#define RV_LOADS_IN_FLIGHT 8u
+#define RV_COPY16_BATCHED(LD, dst, src, units)                                                                  \
+    for (uint32_t i = 0; i < (units); i += RV_LOADS_IN_FLIGHT) {                                               \
+        uint32_t n = (units) - i < RV_LOADS_IN_FLIGHT ? (units) - i : RV_LOADS_IN_FLIGHT;                      \
+        unsigned long long v[2 * RV_LOADS_IN_FLIGHT];                                                          \
+        _Pragma("unroll") for (uint32_t j = 0; j < RV_LOADS_IN_FLIGHT; ++j) {                                  \
+            if (j < n)                                                                                         \
+                asm volatile(LD ".v2.u64 {%0, %1}, [%2];"                                                      \
+                             : "=l"(v[2 * j]), "=l"(v[2 * j + 1])                                              \
+                             : "l"((const char *)(src) + 16ull * (i + j))                                      \
+                             : "memory");                                                                      \
+        }                                                                                                      \
+        _Pragma("unroll") for (uint32_t j = 0; j < RV_LOADS_IN_FLIGHT; ++j) {                                  \
+            if (j < n)                                                                                         \
+                asm volatile("st.v2.u64 [%0], {%1, %2};" ::"l"((char *)(dst) + 16ull * (i + j)), "l"(v[2 * j]), \
+                             "l"(v[2 * j + 1])                                                                 \
+                             : "memory");                                                                      \
+        }                                                                                                      \
     }
+/* Not inlined: one copy of the unrolled batch, whose registers are not added to each caller's. */
+__device__ __noinline__ static void rv_copy16(void *dst, const void *src, uint32_t units) {
+    RV_COPY16_BATCHED("ld", dst, src, units)
 }
 RV_FN void rv_zero16(void *dst, uint64_t units) {
     for (uint64_t i = 0; i < units; ++i)
         asm volatile("st.v2.u64 [%0], {%1, %1};" ::"l"((char *)dst + 16ull * i), "l"(0ull) : "memory");
 }
 /* A copy out of a cell the host wrote (a command, an inbox envelope) after the acquire of its ring's index: each
- * 16 bytes one volatile load (system scope, never served from a cache line of the cell's previous lap). */
-RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) {
-    for (uint32_t i = 0; i < units; ++i) {
-        unsigned long long a, b;
-        asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"((const char *)src + 16ull * i)
-                     : "memory");
-        asm volatile("st.v2.u64 [%0], {%1, %2};" ::"l"((char *)dst + 16ull * i), "l"(a), "l"(b) : "memory");
-    }
+ * 16 bytes one volatile load (system scope, never served from a cache line of the cell's previous lap), batched
+ * as rv_copy16's. */
+__device__ __noinline__ static void rv_copy16_from_host(void *dst, const void *src, uint32_t units) {
+    RV_COPY16_BATCHED("ld.volatile", dst, src, units)
 }
 #else
 /* memcpy/memset: no aliasing assumptions about the structs they move (a cast to a 16-byte struct type would

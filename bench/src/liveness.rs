@@ -12,17 +12,17 @@ use ringvisor::device::{Backend, Device, DeviceConfig};
 
 const T: Duration = Duration::from_secs(8);
 
-/// One line per idle pause: idle beat rate, the burst's longest heartbeat gap and duration, the idle round trip.
-pub fn liveness_lines(slots: u32, creates: u32) -> Vec<String> {
-    liveness_variants(slots, creates, 1024)
-}
-
-/// The same burst with commands ring of `command_capacity` (a burst larger than the ring wraps it).
-pub fn liveness_variants(slots: u32, creates: u32, command_capacity: u32) -> Vec<String> {
+/// One line per idle pause: idle beat rate, the burst's longest heartbeat gap and duration, the idle round trip,
+/// with a command ring of `command_capacity` (a burst larger than the ring wraps it). On CUDA the automatic pause,
+/// and with `contrast` also a fixed 262 µs one (the setting that starved block 0 on an H200: slow, tens of
+/// seconds).
+pub fn liveness_lines(slots: u32, creates: u32, command_capacity: u32, contrast: bool) -> Vec<String> {
     let base = Backend::from_env().unwrap_or_else(|e| panic!("RINGVISOR_BACKEND: {e}"));
+    let pauses: &[Option<u64>] = if contrast { &[None, Some(262_144)] } else { &[None] };
     let variants: Vec<(String, Backend)> = match &base {
-        Backend::Cuda(c) => [None, Some(262_144u64)]
-            .into_iter()
+        Backend::Cuda(c) => pauses
+            .iter()
+            .copied()
             .map(|ns| {
                 let mut c = c.clone();
                 c.idle_backoff = ns.map(Duration::from_nanos);

@@ -91,8 +91,9 @@ fn main() {
         return;
     }
     if only_liveness {
-        for line in
-            liveness::liveness_variants(2_048, 2_000, 4_096).into_iter().chain(liveness::liveness_lines(2_048, 2_000))
+        for line in liveness::liveness_lines(2_048, 2_000, 4_096, true)
+            .into_iter()
+            .chain(liveness::liveness_lines(2_048, 2_000, 1_024, false))
         {
             println!("{line}");
         }

@@ -92,6 +92,9 @@ pub const RV_KIND_STATE: u32 = 7;
 pub const RV_FLAG_NO_REPLY: u32 = 1;
 /// Envelope flag: the payload lies in a bulk area; the envelope's payload is an [`RawBulkRef`].
 pub const RV_FLAG_BULK: u32 = 2;
+/// Envelope flag: traced ([`Device::trace_call`](crate::Device::trace_call)); the actor stamps the grid
+/// header's `trace_ns`.
+pub const RV_FLAG_TRACE: u32 = 4;
 /// Most bytes a slot's bulk area may have.
 pub const RV_MAX_BULK_BYTES: u32 = 1 << 24;
 
@@ -282,7 +285,8 @@ pub struct RawGridHeader {
     pub commands_processed: u64,
     pub events_published: u64,
     pub blocks_started: u32,
-    pub device_reserved: [u8; 36],
+    pub trace_slot: u32,
+    pub trace_ns: [u64; 4],
     pub command_tail: u32,
     pub pad4: [u8; 60],
     pub command_head: u32,
@@ -313,7 +317,8 @@ pub struct RawActorRecord {
     pub outbox_bulk_tail: u32,
     pub beats: u64,
     pub next_beat_ns: u64,
-    pub reserved: [u8; 32],
+    pub checked_device_seq: u32,
+    pub reserved: [u8; 28],
 }
 
 /// `rv_keeper_record`: block 0's private record of a slot (local region).

@@ -40,7 +40,8 @@ pub use backend::cuda::emulated::{
     EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT,
 };
 pub use backend::cuda::{
-    auto_idle_backoff as cuda_auto_idle_backoff, driver_available as cuda_driver_available,
+    auto_idle_backoff as cuda_auto_idle_backoff, auto_idle_backoff_for as cuda_auto_idle_backoff_for,
+    driver_available as cuda_driver_available,
     floor::{measure as cuda_floor, FloorReport as CudaFloorReport},
     nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };
@@ -52,8 +53,9 @@ pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
 pub use device::{
-    CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStats, EventHook, PendingCommand, Router,
-    SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT, UNRESPONSIVE_AFTER,
+    CallTrace, CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStamps, DeviceStats, EventHook,
+    PendingCommand, Router, SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT,
+    UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 

@@ -411,6 +411,19 @@ impl SharedGrid {
         }
     }
 
+    /// The last traced message's record (`RV_FLAG_TRACE`): the slot that answered it and its four device
+    /// stamps (host time, ns); the last stamp is read first (the device stores it last, with release).
+    pub(crate) fn trace_record(&self) -> (u32, [u64; 4]) {
+        let h = self.header();
+        // SAFETY: aligned fields of the live header.
+        unsafe {
+            let published = load_u64(addr_of_mut!((*h).trace_ns[3]), Ordering::Acquire);
+            let slot = load_u32(addr_of_mut!((*h).trace_slot), Ordering::Relaxed);
+            let stamp = |i: usize| load_u64(addr_of_mut!((*h).trace_ns[i]), Ordering::Relaxed);
+            (slot, [stamp(0), stamp(1), stamp(2), published])
+        }
+    }
+
     /// Block 0's heartbeat, commands processed and events published.
     pub(crate) fn block0_counters(&self) -> (u64, u64, u64) {
         let h = self.header();

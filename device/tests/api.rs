@@ -105,7 +105,42 @@ fn the_latency_mode_answers_restarts_and_shuts_down_as_without_it() {
     assert!(matches!(d.call(1, &1i64.to_le_bytes(), T), Err(DeviceError::Closed)));
 }
 
+/// A traced call answers as a plain one and says where its time went: host stamps in order, and (where the device
+/// code records them: not on WebGPU) the device's four in order, the hops adding up to the whole call. Calls beside
+/// it are not traced, and a refused payload is refused as by `call`.
+fn a_traced_call_is_answered_and_measured_hop_by_hop() {
+    let d = open(2);
+    d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    d.create(1, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    let mut previous = None;
+    for round in 0..5u8 {
+        let (reply, trace) = d.trace_call(0, &[round; 8], T).unwrap();
+        assert_eq!(reply.payload().unwrap(), &[round; 8]);
+        assert_eq!(d.call(1, b"untraced", T).unwrap().payload().unwrap(), b"untraced");
+        assert!(trace.started_ns <= trace.written_ns && trace.written_ns <= trace.answered_ns, "{trace:?}");
+        let hops = trace.hops();
+        match trace.device {
+            None => {
+                assert!(on_wgpu(), "only WebGPU records no device stamps: {trace:?}");
+                assert_eq!(hops.len(), 2);
+            }
+            Some(s) => {
+                assert!(!on_wgpu(), "{trace:?}");
+                let ordered = s.step_began_ns <= s.read_ns && s.read_ns <= s.ran_ns && s.ran_ns <= s.published_ns;
+                assert!(ordered, "the device's stamps in order: {s:?}");
+                assert_eq!(hops.len(), 6);
+                assert_ne!(previous, Some(s), "each traced call has stamps of its own");
+                previous = Some(s);
+            }
+        }
+        assert_eq!(hops.iter().map(|(_, ns)| ns).sum::<i64>(), trace.total_ns() as i64, "{hops:?}");
+    }
+    let too_large = vec![0u8; d.max_payload() + 1];
+    assert!(matches!(d.trace_call(0, &too_large, T), Err(DeviceError::PayloadTooLarge { .. })));
+}
+
 on_every_backend!(
+    a_traced_call_is_answered_and_measured_hop_by_hop,
     the_latency_mode_answers_restarts_and_shuts_down_as_without_it,
     pod_payloads_go_zero_copy_both_ways,
     rkyv_payloads_round_trip_through_an_actor_and_are_validated,

@@ -151,7 +151,8 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             commands_processed,
             events_published,
             blocks_started,
-            device_reserved,
+            trace_slot,
+            trace_ns,
             command_tail,
             pad4,
             command_head,
@@ -186,7 +187,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
         m,
         "rv_actor_record",
         RawActorRecord,
-        [seen_host_seq, seen_device_seq, quiet, outbox_bulk_tail, beats, next_beat_ns, reserved]
+        [seen_host_seq, seen_device_seq, quiet, outbox_bulk_tail, beats, next_beat_ns, checked_device_seq, reserved]
     );
     fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, bulk_lock, bulk_tail, pad0, head, bulk_head, pad1]);
     fields!(m, "rv_bulk_ref", RawBulkRef, [end, len]);
@@ -258,6 +259,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             RV_KIND_STATE,
             RV_FLAG_NO_REPLY,
             RV_FLAG_BULK,
+            RV_FLAG_TRACE,
             RV_MAX_BULK_BYTES,
             RV_FAULT_CRASH_NEXT,
             RV_FAULT_STALL,

@@ -79,8 +79,20 @@ RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx
     return rc;
 }
 
-/* The behaviour asked to stall (rv_stall_for): the step ends at once. */
-RV_FN int rv_stall_requested(const rv_control_block *cb) { return rv_load_relaxed_u64(&cb->stall_until_ns) != 0; }
+/* A traced message (RV_FLAG_TRACE) was answered: when its step began, read it and ran it, and now (the reply is
+ * published), in the grid header for the host's breakdown of the call; the last stamp released after the rest. */
+RV_FN void rv_record_trace(const rv_grid_view *g, uint32_t slot, uint64_t began_ns, uint64_t read_ns,
+                           uint64_t ran_ns) {
+    rv_grid_header *h = g->header;
+    rv_store_relaxed_u32(&h->trace_slot, slot);
+    rv_store_relaxed_u64(&h->trace_ns[0], began_ns);
+    rv_store_relaxed_u64(&h->trace_ns[1], read_ns);
+    rv_store_relaxed_u64(&h->trace_ns[2], ran_ns);
+    rv_store_release_u64(&h->trace_ns[3], rv_grid_now_ns(g));
+}
+
+/* The behaviour asked to stall (rv_stall_for) while this step ran it: the step ends at once. */
+RV_FN int rv_stall_requested(const rv_actor_ctx *ctx) { return ctx->stall_requested; }
 
 /* Gives a consumed kernel-to-kernel cell back to its producers, and its bulk bytes if it had any (voided sends
  * included: their bytes were reserved too). */
@@ -165,17 +177,28 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     uint32_t host_seq = rv_load_acquire_u32(&cb->host_seq);
     uint32_t device_seq = rv_load_acquire_dev_u32(&g->keepers[slot].device_seq);
     if (rv_actor_idle(g, cb, ar, slot, host_seq, device_seq)) return 0;
+    uint64_t began_ns = rv_grid_now_ns(g); /* for a traced message (a clock read: no memory access) */
     ar->quiet = RV_QUIET_NO;
     ar->seen_host_seq = host_seq;
     ar->seen_device_seq = device_seq;
     if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
+    /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
+     * a message seen here is seen with every fault injected before it was sent. Both after host_seq: a message
+     * whose host_seq bump this step saw is below this tail. */
+    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
+    uint32_t faults = rv_load_acquire_u32(&cb->fault_flags);
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
-    if (rv_load_acquire_u32(&cb->fault_flags) & RV_FAULT_WEDGE) return 0;
+    if (faults & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
-    uint32_t seq = rv_load_acquire_u32(&cb->request_seq);
-    if (seq != rv_load_relaxed_u32(&cb->request_ack)) {
-        rv_actor_handle_request(g, slot, cb, seq);
-        out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
+    /* Block 0 bumps device_seq after every request it posts: the request words (shared, across PCIe on a GPU)
+     * are read only when device_seq moved since the last step that read them. */
+    if (device_seq != ar->checked_device_seq) {
+        uint32_t seq = rv_load_acquire_u32(&cb->request_seq);
+        if (seq != rv_load_relaxed_u32(&cb->request_ack)) {
+            rv_actor_handle_request(g, slot, cb, seq);
+            out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
+        }
+        ar->checked_device_seq = device_seq;
     }
     uint32_t state = rv_load_acquire_u32(&cb->state);
     if (state == RV_STATE_INITIALIZING) return out | rv_actor_init(g, slot, cb);
@@ -183,10 +206,6 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         if (out == 0) ar->quiet = RV_QUIET_STOPPED;
         return out;
     }
-    /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
-     * a message seen here is seen with every fault injected before it was sent. */
-    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
-    uint32_t faults = rv_load_acquire_u32(&cb->fault_flags);
     if (faults & RV_FAULT_STALL) return out;
     uint64_t stall_until = rv_load_relaxed_u64(&cb->stall_until_ns);
     if (stall_until != 0) {
@@ -248,7 +267,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             rv_k2k_release(g, meta, cell, khead); /* a voided send: skipped */
         }
         done += 1;
-        if (rv_stall_requested(cb)) {
+        if (rv_stall_requested(&ctx)) {
             stalled = 1;
             break;
         }
@@ -261,10 +280,12 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         rv_envelope copy;
         rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
         const rv_envelope *msg = &copy;
+        uint64_t read_ns = (msg->flags & RV_FLAG_TRACE) ? rv_grid_now_ns(g) : 0;
         rv_ctx_next(&ctx, msg, now);
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
          * corrupt (the inbox cell is the host's and is not written). */
-        uint32_t fault_seq = rv_load_acquire_u32(&cb->fault_seq);
+        uint32_t fault_seq = 0; /* read only when a one-shot fault is armed (a shared word: PCIe on a GPU) */
+        if (faults & (RV_FAULT_CORRUPT_NEXT | RV_FAULT_CRASH_NEXT)) fault_seq = rv_load_acquire_u32(&cb->fault_seq);
         int corrupt = (faults & RV_FAULT_CORRUPT_NEXT) && fault_seq != cb->fault_ack;
         if (corrupt) cb->fault_ack = fault_seq;
         if (corrupt || !rv_envelope_valid(g, msg, slot)) {
@@ -304,13 +325,15 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             rv_actor_fail(g, slot, cb, rc, head);
             return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
         }
+        uint64_t ran_ns = (msg->flags & RV_FLAG_TRACE) ? rv_grid_now_ns(g) : 0;
         if (msg->kind == RV_KIND_K2K) cb->k2k_received += 1;
         head += 1;
         rv_store_release_u32(&cb->inbox_head, head);
         out |= rv_finish_message(&ctx, 1);
+        if (msg->flags & RV_FLAG_TRACE) rv_record_trace(g, slot, began_ns, read_ns, ran_ns);
         done += 1;
         /* A stall requested by this message takes effect at once. */
-        if (rv_stall_requested(cb)) {
+        if (rv_stall_requested(&ctx)) {
             stalled = 1;
             break;
         }

@@ -25,6 +25,7 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
     ctx->reply_forwarded = 0;
     ctx->send_count = 0;
     ctx->routed_count = 0;
+    ctx->stall_requested = 0;
 }
 
 RV_API uint32_t rv_max_payload(rv_actor_ctx *ctx) {
@@ -217,6 +218,7 @@ RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *paylo
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
     if (ctx->init_phase) return;
     rv_store_relaxed_u64(&ctx->cb->stall_until_ns, rv_grid_now_ns(ctx->g) + ns);
+    ctx->stall_requested = 1;
 }
 
 /* Publishes (ok) or voids (!ok) what the behaviour staged for the current message. */
@@ -229,7 +231,7 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
         rv_store_release_dev_u32(&cell->seq, ctx->send_pos[i] + 1);
         rv_mark_work(ctx->g, destination);
     }
-    if (ok) ctx->cb->k2k_sent += ctx->send_count + ctx->routed_count;
+    if (ok && ctx->send_count + ctx->routed_count != 0) ctx->cb->k2k_sent += ctx->send_count + ctx->routed_count;
     /* the routed sends lie in the outbox from its tail on; the reply goes after them */
     uint32_t tail = ctx->cb->outbox_tail;
     uint32_t publish = ok ? tail + ctx->routed_count : tail;

@@ -65,6 +65,7 @@ struct rv_actor_ctx {
     uint32_t reply_forwarded; /* the duty to reply went to another actor with rv_forward */
     uint32_t send_count;
     uint32_t routed_count; /* routed sends staged in the outbox past its tail (published on commit) */
+    uint32_t stall_requested; /* the behaviour called rv_stall_for for a message of this step */
     rv_k2k_cell *send_cells[RV_MAX_SENDS_PER_MESSAGE];
     uint32_t send_pos[RV_MAX_SENDS_PER_MESSAGE];
 };

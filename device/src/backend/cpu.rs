@@ -438,6 +438,45 @@ mod tests {
         assert!(loads > 3, "a full step: {loads} loads");
     }
 
+    /// The actor's side of a call's critical path: the step that answers one message makes at most this many
+    /// system-scope loads and stores (each a PCIe transaction on a GPU; measured with the host build's
+    /// counters, which see the protocol's atomics, not its plain field accesses). A change that adds one shows
+    /// here without a GPU.
+    #[test]
+    fn the_step_that_answers_a_call_makes_a_bounded_number_of_shared_accesses() {
+        const LOADS: u64 = 7;
+        const STORES: u64 = 4;
+        let d = HandStepped::new(2);
+        d.create(0, 0, 1); // echo
+        d.grid.publish_command_tail(1);
+        d.step_block0();
+        d.step_actor(0); // the init
+        d.step_block0(); // the Created event
+        for _ in 0..4 {
+            d.step_actor(0);
+        }
+        let mut counted = Vec::new();
+        for index in 0..3u32 {
+            let env = RawEnvelope {
+                kind: RV_KIND_USER as u8,
+                payload_len: 8,
+                correlation: u64::from(index) + 1,
+                ..zeroed_envelope()
+            };
+            d.grid.write_inbox(0, index, &env);
+            d.grid.publish_inbox_tail(0, index + 1);
+            shared_accesses();
+            assert_ne!(d.step_actor(0) & RV_STEP_REPLIED, 0, "answered in one step");
+            counted.push(shared_accesses());
+        }
+        for (loads, stores) in counted {
+            assert!(
+                loads <= LOADS && stores <= STORES,
+                "{loads} loads (at most {LOADS}), {stores} stores (at most {STORES})"
+            );
+        }
+    }
+
     fn zeroed_envelope() -> RawEnvelope {
         // SAFETY: plain data; all-zero is a valid envelope.
         unsafe { std::mem::zeroed() }

@@ -88,7 +88,8 @@ impl Default for Backend {
 
 /// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
 /// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). In the latency mode
-/// the CPU backend's workers never park.
+/// the CPU backend's workers never park, and a CUDA grid's idle actor blocks pause at most 2 µs (a small grid;
+/// see `cuda::auto_idle_backoff_for`).
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
@@ -100,7 +101,7 @@ pub(crate) fn start(
         Backend::Cpu(config) => {
             Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, latency_mode)?)
         }
-        Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
+        Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours, latency_mode)?),
         #[cfg(feature = "wgpu")]
         Backend::Wgpu(config) => {
             Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, latency_mode)?)
@@ -119,6 +120,11 @@ pub(crate) trait Executor: Send + Sync {
     fn mark_work(&self, slot: u32) {
         let _ = slot;
         self.wake();
+    }
+    /// Whether the device code records traced messages (`RV_FLAG_TRACE`, [`crate::Device::trace_call`]): the
+    /// CPU and CUDA backends run `kernels/`' C, which does; the WebGPU program does not (WGSL has no clock).
+    fn records_traces(&self) -> bool {
+        true
     }
     /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
     /// caller). False if the executor cannot tell: the poller sweeps every slot.

@@ -216,7 +216,7 @@ impl Device {
     }
 
     /// Registers the waiter of `env` (correlation `correlation`), then writes it.
-    fn start_call_with(
+    pub(super) fn start_call_with(
         &self,
         slot: u32,
         correlation: u64,

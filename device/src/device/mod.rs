@@ -43,6 +43,7 @@ mod poll;
 mod routing;
 mod snapshot;
 mod subscribers;
+mod trace;
 
 pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
@@ -51,6 +52,7 @@ pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
 pub use routing::{Router, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT};
 pub use snapshot::{DeviceStats, SlotActivity, SlotSnapshot};
 pub use subscribers::EventHook;
+pub use trace::{CallTrace, DeviceStamps};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -107,6 +109,8 @@ pub(crate) struct DeviceInner {
     counters: Counters,
     /// The router this device's routed sends go through, and this device's index there (`routing.rs`).
     route: std::sync::RwLock<Option<(Arc<routing::RouterInner>, u32)>>,
+    /// Held by a traced call (`trace.rs`): the grid header holds one trace record.
+    trace: Mutex<()>,
 }
 
 /// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped or on
@@ -174,6 +178,7 @@ impl Device {
             last_beat_ns: AtomicU64::new(0),
             counters: Counters::default(),
             route: std::sync::RwLock::new(None),
+            trace: Mutex::new(()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()

@@ -58,10 +58,16 @@ pub fn skip_on_wgpu(why: &str) -> bool {
     skip_on_wgpu_if(true, why)
 }
 
+/// True when the running test runs on the wgpu backend.
+#[allow(dead_code)]
+pub fn on_wgpu() -> bool {
+    CURRENT.with(|c| matches!(*c.borrow(), Some(Which::Wgpu)))
+}
+
 /// Like [`skip_on_wgpu`], when `cond` holds.
 #[allow(dead_code)]
 pub fn skip_on_wgpu_if(cond: bool, why: &str) -> bool {
-    let on = cond && CURRENT.with(|c| matches!(*c.borrow(), Some(Which::Wgpu)));
+    let on = cond && on_wgpu();
     if on {
         eprintln!("SKIPPED on wgpu: {why}");
     }

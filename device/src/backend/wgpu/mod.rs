@@ -321,6 +321,10 @@ impl Executor for WgpuExecutor {
         self.shared.parker.wake();
     }
 
+    fn records_traces(&self) -> bool {
+        false
+    }
+
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {
         self.shared.dirty.drain(mark);
         true

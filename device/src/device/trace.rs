@@ -1,0 +1,123 @@
+//! A call measured hop by hop ([`Device::trace_call`]): the host stamps when the call began, when its message was
+//! published and when the caller had the reply; the device code stamps, for the one message flagged
+//! `RV_FLAG_TRACE`, when the actor's step began, read it, ran it and published the reply (`rv_record_trace` in
+//! `kernels/protocol/actor.cu`, into the grid header's `trace_ns`). All stamps are host time (ns since the Unix
+//! epoch): the device's clock is converted with the offset the backend measured when it started.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::Device;
+use crate::error::DeviceError;
+use crate::layout::RV_FLAG_TRACE;
+use crate::message::{Envelope, Reply};
+use crate::sync::lock;
+
+/// How long a traced call waits, after its reply, for the device's last stamp (stored just after the reply).
+const STAMPS_WAIT: Duration = Duration::from_millis(100);
+
+/// When the device's actor handled a traced message (host time, ns since the Unix epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceStamps {
+    /// The actor's step that found the message began (after its one read of `host_seq` saw it move).
+    pub step_began_ns: u64,
+    /// The message was read: the step's control words, then the envelope out of the inbox.
+    pub read_ns: u64,
+    /// The behaviour returned.
+    pub ran_ns: u64,
+    /// The reply was published (the outbox tail stored).
+    pub published_ns: u64,
+}
+
+/// Where the time of one call went ([`Device::trace_call`]). Host stamps are exact; device stamps are exact among
+/// themselves, and placed against the host's by the clock offset the backend measured at start (on CUDA within
+/// half a kernel launch's round trip): of the two crossings ([`CallTrace::hops`]' second and last), each may be
+/// off by that much, their sum is exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTrace {
+    /// The call began (host time, ns since the Unix epoch).
+    pub started_ns: u64,
+    /// Its message was written and published to the actor (inbox tail and `host_seq` stored).
+    pub written_ns: u64,
+    /// The device's stamps; `None` where the backend records none (WebGPU: WGSL has no clock).
+    pub device: Option<DeviceStamps>,
+    /// The caller had the reply.
+    pub answered_ns: u64,
+}
+
+impl CallTrace {
+    /// The call's hops in order, each named, in nanoseconds (signed: a crossing can read slightly negative by the
+    /// clock offset's error). Without device stamps: the host's write, then the rest of the round trip.
+    pub fn hops(&self) -> Vec<(&'static str, i64)> {
+        let d = |a: u64, b: u64| b as i64 - a as i64;
+        let mut hops = vec![("host writes the message", d(self.started_ns, self.written_ns))];
+        match self.device {
+            Some(s) => hops.extend([
+                ("to the device: an actor step finds it", d(self.written_ns, s.step_began_ns)),
+                ("device reads it (control words, envelope)", d(s.step_began_ns, s.read_ns)),
+                ("behaviour runs", d(s.read_ns, s.ran_ns)),
+                ("device publishes the reply", d(s.ran_ns, s.published_ns)),
+                ("back to the host: the caller has it", d(s.published_ns, self.answered_ns)),
+            ]),
+            None => hops.push((
+                "the device's round trip, and the host finding the reply",
+                d(self.written_ns, self.answered_ns),
+            )),
+        }
+        hops
+    }
+
+    /// The whole call, in nanoseconds.
+    pub fn total_ns(&self) -> u64 {
+        self.answered_ns.saturating_sub(self.started_ns)
+    }
+}
+
+fn host_now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Device {
+    /// [`Device::call`], measured hop by hop: the reply and a [`CallTrace`]. One traced call at a time per device
+    /// (a second waits for the first); other calls and sends go on beside it untraced. For finding where a call's
+    /// time goes on a given machine (`ringvisor-bench --only-cuda` prints the breakdown); a traced call costs a
+    /// few device clock reads and five stores more than a plain one. Errors as [`Device::call`]'s.
+    pub fn trace_call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<(Reply, CallTrace), DeviceError> {
+        let _one_at_a_time = lock(&self.inner.trace);
+        self.check_payload(payload)?;
+        let (_, before) = self.inner.grid.trace_record();
+        let deadline = Instant::now() + timeout;
+        let started_ns = host_now_ns();
+        let correlation = self.inner.next_correlation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
+        env.flags |= RV_FLAG_TRACE as u8;
+        let (correlation, waiter) = self.start_call_with(slot, correlation, env, deadline)?;
+        let written_ns = host_now_ns();
+        let out = match self.assist_until_answered(&waiter, deadline) {
+            Some(out) => Some(out),
+            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
+        };
+        let answered_ns = host_now_ns();
+        let reply = self.finish_call(correlation, out)?;
+        let device = self.device_stamps(slot, before[3]);
+        Ok((reply, CallTrace { started_ns, written_ns, device, answered_ns }))
+    }
+
+    /// The device's stamps of the traced message just answered by `slot`: the record once its last stamp moved
+    /// past `previous` (stored just after the reply, so it is waited for briefly).
+    fn device_stamps(&self, slot: u32, previous: u64) -> Option<DeviceStamps> {
+        if !self.inner.executor.records_traces() {
+            return None;
+        }
+        let until = Instant::now() + STAMPS_WAIT;
+        loop {
+            let (by, [step_began_ns, read_ns, ran_ns, published_ns]) = self.inner.grid.trace_record();
+            if published_ns != previous && by == slot {
+                return Some(DeviceStamps { step_began_ns, read_ns, ran_ns, published_ns });
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
