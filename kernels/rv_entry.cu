@@ -62,6 +62,21 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
         }
     }
 }
+/* The clock probe (`cuda/clock.rs`): answers each round i = 1, 2, ..., rounds that the host stores into cells[0] with
+ * the device's raw clock in cells[1], then i in cells[2] (release), all in mapped memory: the host brackets each
+ * round with its own clock, and the narrowest bracket (one PCIe round trip) gives the clock's offset. The host
+ * stores RV_FLOOR_STOP into cells[0] to end it early. */
+RV_STEP_API void rv_clock_thread(uint64_t *cells, uint64_t rounds) {
+    for (uint64_t i = 1; i <= rounds; ++i) {
+        uint64_t seen;
+        while ((seen = rv_load_acquire_u64(&cells[0])) != i && seen != RV_FLOOR_STOP) {
+        }
+        if (seen == RV_FLOOR_STOP) return;
+        rv_store_relaxed_u64(&cells[1], rv_now_ns());
+        rv_store_release_u64(&cells[2], i);
+    }
+}
+
 /* The floor probe (`cuda::floor`): one thread answers each sequence number the host stores into req[0] by storing
  * it into resp[0], both in mapped memory, with the protocol's own system-scope loads and stores: the least a
  * round trip between the host and a persistent kernel can cost on this machine. n answers, or until the host

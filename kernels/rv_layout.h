@@ -295,7 +295,8 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     uint32_t blocks_started; /* blocks of the persistent kernel that have entered it (the launch handshake) */
     uint32_t trace_slot;     /* the slot that answered the last traced message (RV_FLAG_TRACE) ... */
     uint64_t trace_ns[4];    /* ... and when (host time): its step began, read it, ran it, published the reply;
-                              * trace_ns[3] stored last (release) */
+                              * trace_ns[3] stored last (release). Before the persistent kernel starts, the
+                              * CUDA backend's clock probe uses the first three as its cells (zeroed after) */
 
     /* lines 5-8: command ring and event ring indices, producer and consumer on separate lines. */
     uint32_t command_tail; /* host */
@@ -349,7 +350,18 @@ typedef struct RV_ALIGN(64) rv_actor_record {
     uint64_t beats;        /* heartbeats so far (the control block's heartbeat is a copy) */
     uint64_t next_beat_ns; /* an idle Active slot beats at most once per RV_IDLE_BEAT_NS */
     uint32_t checked_device_seq; /* device_seq when a step last read block 0's request words */
-    uint8_t reserved[28];
+    /* The running incarnation's own fields of its control block, read here instead of across PCIe: the actor
+     * writes both copies; block 0 writes the control block's only while the slot is stopped, and rv_actor_init
+     * copies them here when an incarnation starts (rv_actor_cache_load). */
+    uint32_t inbox_head;
+    uint32_t outbox_tail;
+    uint32_t outbox_head_seen; /* the host's outbox_head as last read: the outbox has at least the room it leaves */
+    uint32_t behaviour;
+    uint32_t generation;
+    uint64_t messages_processed;
+    uint64_t hlc;
+    uint64_t stall_until_ns;
+    uint8_t reserved[48];
 } rv_actor_record;
 
 /* Per-slot kernel-to-kernel ring indices: multi-producer tail and single-consumer head, separate lines. */
@@ -392,7 +404,7 @@ RV_STATIC_ASSERT(sizeof(rv_local_header) == 64, "local header is 64 bytes");
 RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
                      RV_OFFSETOF(rv_grid_header, device_faults) == RV_OFFSETOF(rv_grid_header, terminate) + 4,
                  "terminate and device_faults are read with one 64-bit load (little-endian: terminate low)");
-RV_STATIC_ASSERT(sizeof(rv_actor_record) == 64, "actor record is 64 bytes");
+RV_STATIC_ASSERT(sizeof(rv_actor_record) == 128, "actor record is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_keeper_record) == 320, "keeper record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_cell) == 144, "k2k cell is 144 bytes");

@@ -60,7 +60,7 @@ extern "C" {
         clock_skew_ns: i64,
         sys_latency_ns: u32,
     );
-    pub fn rv_emu_clock(out: *mut u64, clock_skew_ns: i64);
+    pub fn rv_emu_clock(cells: *mut u64, rounds: u64, clock_skew_ns: i64, sys_latency_ns: u32);
     pub fn rv_emu_floor(req: *mut u32, resp: *mut u32, n: u32, sys_latency_ns: u32);
     pub fn rv_emu_completed(word: *mut u32);
     pub fn rv_emu_observed(word: *const u32);

@@ -318,7 +318,15 @@ pub struct RawActorRecord {
     pub beats: u64,
     pub next_beat_ns: u64,
     pub checked_device_seq: u32,
-    pub reserved: [u8; 28],
+    pub inbox_head: u32,
+    pub outbox_tail: u32,
+    pub outbox_head_seen: u32,
+    pub behaviour: u32,
+    pub generation: u32,
+    pub messages_processed: u64,
+    pub hlc: u64,
+    pub stall_until_ns: u64,
+    pub reserved: [u8; 48],
 }
 
 /// `rv_keeper_record`: block 0's private record of a slot (local region).
@@ -392,7 +400,7 @@ const _: () = {
     assert!(size_of::<RawEvent>() == 64);
     assert!(size_of::<RawGridHeader>() == 576 && align_of::<RawGridHeader>() == 64);
     assert!(size_of::<RawLocalHeader>() == 64);
-    assert!(size_of::<RawActorRecord>() == 64);
+    assert!(size_of::<RawActorRecord>() == 128);
     assert!(size_of::<RawKeeperRecord>() == 320);
     assert!(size_of::<RawK2kMeta>() == 128);
     assert!(size_of::<RawK2kCell>() == 144);

@@ -187,7 +187,24 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
         m,
         "rv_actor_record",
         RawActorRecord,
-        [seen_host_seq, seen_device_seq, quiet, outbox_bulk_tail, beats, next_beat_ns, checked_device_seq, reserved]
+        [
+            seen_host_seq,
+            seen_device_seq,
+            quiet,
+            outbox_bulk_tail,
+            beats,
+            next_beat_ns,
+            checked_device_seq,
+            inbox_head,
+            outbox_tail,
+            outbox_head_seen,
+            behaviour,
+            generation,
+            messages_processed,
+            hlc,
+            stall_until_ns,
+            reserved
+        ]
     );
     fields!(m, "rv_k2k_meta", RawK2kMeta, [tail, bulk_lock, bulk_tail, pad0, head, bulk_head, pad1]);
     fields!(m, "rv_bulk_ref", RawBulkRef, [end, len]);

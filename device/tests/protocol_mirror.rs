@@ -104,6 +104,13 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     ("api", Side::Wgsl, &["rv_address"], "C's rv_address is a macro of rv_behaviour.h"),
     ("actor", Side::Wgsl, &["rv_device_faulted", "rv_slot_idle"], "the scan dispatch's idle check (C: rv_block_run)"),
     ("actor", Side::C, &["rv_record_trace"], "a traced call's device stamps (Device::trace_call): WGSL has no clock"),
+    (
+        "actor",
+        Side::C,
+        &["rv_actor_cache_load", "rv_consume_inbox", "rv_keep_hlc"],
+        "the actor's local copies of its control block's fields (C: the control block is across PCIe on a GPU; \
+         WGSL's shared region is device memory)",
+    ),
     ("block0", Side::C, &["rv_keeper_beat"], "WGSL's block 0 beats inline at the end of its step"),
     (
         "block0",

@@ -24,10 +24,10 @@ extern "C" __global__ void rv_persistent_kernel(void *shared, void *local, uint3
                  actor_backoff_ns);
 }
 
-/* The device's raw clock, stored once into mapped memory: the host brackets this launch with its own clock to
- * measure the offset (%globaltimer has no defined epoch). */
-extern "C" __global__ void rv_clock_kernel(unsigned long long *out) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) rv_store_release_u64((uint64_t *)out, rv_now_ns());
+/* The clock probe's answering thread (rv_clock_thread): the host measures the offset of the device's raw clock
+ * (%globaltimer has no defined epoch) round by round through mapped memory. */
+extern "C" __global__ void rv_clock_kernel(unsigned long long *cells, unsigned long long rounds) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) rv_clock_thread((uint64_t *)cells, rounds);
 }
 
 /* The floor probe's answering thread (rv_floor_thread), and an empty kernel (the cost of a launch + sync). */

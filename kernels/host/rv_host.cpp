@@ -168,9 +168,11 @@ extern "C" void rv_emu_floor(uint32_t *req, uint32_t *resp, uint32_t n, uint32_t
 extern "C" void rv_emu_completed(uint32_t *word) { rv_fetch_add_u32(word, 1); }
 extern "C" void rv_emu_observed(const uint32_t *word) { (void)rv_load_acquire_dev_u32(word); }
 
-extern "C" void rv_emu_clock(uint64_t *out, int64_t clock_skew_ns) {
+extern "C" void rv_emu_clock(uint64_t *cells, uint64_t rounds, int64_t clock_skew_ns, uint32_t sys_latency_ns) {
     rv_host_clock_skew_ns = clock_skew_ns;
-    rv_store_release_u64(out, rv_now_ns());
+    rv_host_sys_latency_ns = sys_latency_ns;
+    rv_clock_thread(cells, rounds);
+    rv_host_sys_latency_ns = 0;
     rv_host_clock_skew_ns = 0;
 }
 

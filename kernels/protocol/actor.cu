@@ -16,6 +16,7 @@ RV_FN void rv_actor_handle_request(const rv_grid_view *g, uint32_t slot, rv_cont
     uint32_t request = rv_load_relaxed_u32(&cb->request);
     uint32_t state = rv_load_relaxed_u32(&cb->state);
     if (request == RV_OP_KILL) {
+        g->actors[slot].stall_until_ns = 0;
         rv_store_relaxed_u64(&cb->stall_until_ns, 0);
         rv_store_release_u32(&cb->state, RV_STATE_TERMINATED);
     } else if (request == RV_OP_DRAIN && state == RV_STATE_ACTIVE) {
@@ -34,10 +35,39 @@ RV_FN void rv_actor_fail(const rv_grid_view *g, uint32_t slot, rv_control_block 
     rv_raise_attention(g, slot);
 }
 
-RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb) {
-    uint32_t head = rv_load_acquire_u32(&cb->outbox_head);
-    uint32_t used = cb->outbox_tail - head;
-    return used < g->outbox_capacity;
+/* Room for one more outbox cell. The host's consumer index is read (across PCIe on a GPU) only when the value
+ * last read leaves no room: it only grows, so the room it left is there still. */
+RV_FN int rv_outbox_has_room(const rv_grid_view *g, rv_control_block *cb, rv_actor_record *ar) {
+    if (ar->outbox_tail - ar->outbox_head_seen < g->outbox_capacity) return 1;
+    ar->outbox_head_seen = rv_load_acquire_u32(&cb->outbox_head);
+    return ar->outbox_tail - ar->outbox_head_seen < g->outbox_capacity;
+}
+
+/* An incarnation starts (its init succeeded): the actor's copies of its control block's own fields, which block 0
+ * wrote while the slot was stopped (rv_actor_record). */
+RV_FN void rv_actor_cache_load(const rv_grid_view *g, uint32_t slot, rv_control_block *cb) {
+    rv_actor_record *ar = &g->actors[slot];
+    ar->inbox_head = rv_load_acquire_u32(&cb->inbox_head);
+    ar->outbox_tail = rv_load_relaxed_u32(&cb->outbox_tail);
+    ar->outbox_head_seen = rv_load_acquire_u32(&cb->outbox_head);
+    ar->behaviour = cb->behaviour;
+    ar->generation = cb->generation;
+    ar->messages_processed = rv_load_relaxed_u64(&cb->messages_processed);
+    ar->hlc = cb->hlc;
+    ar->stall_until_ns = rv_load_relaxed_u64(&cb->stall_until_ns);
+}
+
+/* The actor consumed its inbox up to `head`: its copy, then the control block's (release: the host reuses cells
+ * below it). */
+RV_FN void rv_consume_inbox(rv_control_block *cb, rv_actor_record *ar, uint32_t head) {
+    ar->inbox_head = head;
+    rv_store_release_u32(&cb->inbox_head, head);
+}
+
+/* The actor's clock after a step: its copy and the control block's. */
+RV_FN void rv_keep_hlc(rv_control_block *cb, rv_actor_record *ar, uint64_t hlc) {
+    ar->hlc = hlc;
+    cb->hlc = hlc;
 }
 
 /* A host message is well formed: a user message for this slot, its payload inline or in the slot's inbox bulk
@@ -70,9 +100,11 @@ RV_FN void rv_ctx_next(rv_actor_ctx *ctx, const rv_envelope *msg, uint64_t now) 
  * sees the message counted and consumed (both are ordered before the outbox tail's release). Otherwise what
  * the behaviour staged is voided here. */
 RV_FN int rv_actor_run(const rv_grid_view *g, rv_control_block *cb, rv_actor_ctx *ctx, int injected) {
-    int rc = injected != RV_OK ? injected : rv_dispatch(g, cb->behaviour, ctx, ctx->msg);
+    rv_actor_record *ar = &g->actors[ctx->slot];
+    int rc = injected != RV_OK ? injected : rv_dispatch(g, ar->behaviour, ctx, ctx->msg);
     if (rc == RV_OK) {
-        rv_store_relaxed_u64(&cb->messages_processed, cb->messages_processed + 1);
+        ar->messages_processed += 1;
+        rv_store_relaxed_u64(&cb->messages_processed, ar->messages_processed);
     } else {
         rv_finish_message(ctx, 0);
     }
@@ -160,6 +192,7 @@ RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_bl
      * messages, and fail, before block 0 reports the creation (ordered before block 0's acquire of the state). */
     rec->init_result = rc;
     if (rc == RV_OK) {
+        rv_actor_cache_load(g, slot, cb);
         rv_store_release_u32(&cb->state, RV_STATE_ACTIVE);
     } else {
         cb->last_error = rc;
@@ -207,9 +240,10 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         return out;
     }
     if (faults & RV_FAULT_STALL) return out;
-    uint64_t stall_until = rv_load_relaxed_u64(&cb->stall_until_ns);
+    uint64_t stall_until = ar->stall_until_ns;
     if (stall_until != 0) {
         if (rv_grid_now_ns(g) < stall_until) return out;
+        ar->stall_until_ns = 0;
         rv_store_relaxed_u64(&cb->stall_until_ns, 0);
     }
 
@@ -217,7 +251,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     rv_ctx_init(&ctx, g, slot, 0, 0);
 
     uint32_t done = 0;
-    uint32_t head = cb->inbox_head;
+    uint32_t head = ar->inbox_head;
     uint32_t limit = tail;
     if (state == RV_STATE_DRAINING) limit = rv_load_relaxed_u32(&cb->drain_until);
     if ((uint32_t)(tail - head) > g->inbox_capacity || (uint32_t)(limit - head) > g->inbox_capacity) {
@@ -235,7 +269,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         uint32_t khead = meta->head;
         rv_k2k_cell *cell = rv_k2k_cell_at(g, slot, khead);
         if (rv_load_acquire_dev_u32(&cell->seq) != khead + 1) break;
-        if (done >= budget || !rv_outbox_has_room(g, cb)) {
+        if (done >= budget || !rv_outbox_has_room(g, cb, ar)) {
             k2k_pending = 1;
             break;
         }
@@ -256,7 +290,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
                     out |= rv_finish_message(&ctx, 1);
                 }
                 rv_k2k_release(g, meta, cell, khead);
-                cb->hlc = ctx.hlc;
+                rv_keep_hlc(cb, ar, ctx.hlc);
                 rv_actor_fail(g, slot, cb, rc, RV_NO_INDEX);
                 return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
             }
@@ -275,7 +309,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
 
     /* Host inbox. */
     while (!stalled && done < budget && head != limit) {
-        if (!rv_outbox_has_room(g, cb)) break;
+        if (!rv_outbox_has_room(g, cb, ar)) break;
         /* The host's cell, read once with 16-byte loads (on a GPU it is across PCIe); the behaviour reads the copy. */
         rv_envelope copy;
         rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
@@ -293,7 +327,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
             out |= rv_finish_message(&ctx, 1);
             head += 1;
-            rv_store_release_u32(&cb->inbox_head, head);
+            rv_consume_inbox(cb, ar, head);
             done += 1;
             continue;
         }
@@ -305,7 +339,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             if (rc == RV_ERR_OUTBOX_FULL) break; /* offered again once the host has read earlier replies */
             if (rc != RV_OK) rv_reply_error(&ctx, rc, len);
             head += 1;
-            rv_store_release_u32(&cb->inbox_head, head);
+            rv_consume_inbox(cb, ar, head);
             out |= rv_finish_message(&ctx, 1);
             done += 1;
             continue;
@@ -321,14 +355,14 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             break;
         }
         if (rc != RV_OK) {
-            cb->hlc = ctx.hlc;
+            rv_keep_hlc(cb, ar, ctx.hlc);
             rv_actor_fail(g, slot, cb, rc, head);
             return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
         }
         uint64_t ran_ns = (msg->flags & RV_FLAG_TRACE) ? rv_grid_now_ns(g) : 0;
         if (msg->kind == RV_KIND_K2K) cb->k2k_received += 1;
         head += 1;
-        rv_store_release_u32(&cb->inbox_head, head);
+        rv_consume_inbox(cb, ar, head);
         out |= rv_finish_message(&ctx, 1);
         if (msg->flags & RV_FLAG_TRACE) rv_record_trace(g, slot, began_ns, read_ns, ran_ns);
         done += 1;
@@ -339,7 +373,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         }
     }
 
-    cb->hlc = ctx.hlc;
+    rv_keep_hlc(cb, ar, ctx.hlc);
     if (done > 0) out |= RV_STEP_PROGRESS;
     if (!stalled || done > 0) rv_beat(cb, ar);
     if (state == RV_STATE_DRAINING && head == limit && !k2k_pending && !stalled) {

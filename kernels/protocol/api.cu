@@ -16,10 +16,13 @@ RV_FN void rv_ctx_init(rv_actor_ctx *ctx, const rv_grid_view *g, uint32_t slot, 
     ctx->g = g;
     ctx->cb = &g->blocks[slot];
     ctx->slot = slot;
-    ctx->generation = ctx->cb->generation;
+    /* A running incarnation's generation and clock from the actor's copies (local); an init's from the control
+     * block, which block 0 has just written. */
+    const rv_actor_record *ar = &g->actors[slot];
+    ctx->generation = init_phase ? ctx->cb->generation : ar->generation;
     ctx->init_phase = init_phase;
     ctx->msg = msg;
-    ctx->hlc = ctx->cb->hlc;
+    ctx->hlc = init_phase ? ctx->cb->hlc : ar->hlc;
     ctx->reply_staged = 0;
     ctx->reply_bulk = 0;
     ctx->reply_forwarded = 0;
@@ -118,7 +121,7 @@ RV_FN int rv_stage_routed(rv_actor_ctx *ctx, uint32_t destination, const void *p
     if (len > RV_PAYLOAD_BYTES) return RV_ERR_PAYLOAD_TOO_LARGE;
     if (ctx->send_count + ctx->routed_count >= RV_MAX_SENDS_PER_MESSAGE) return RV_ERR_LIMIT;
     if (g->outbox_capacity < 2u) return RV_ERR_LIMIT; /* no cell to spare, ever */
-    uint32_t tail = ctx->cb->outbox_tail + ctx->routed_count;
+    uint32_t tail = g->actors[ctx->slot].outbox_tail + ctx->routed_count;
     uint32_t used = tail - rv_load_acquire_u32(&ctx->cb->outbox_head);
     if (used + 2u > g->outbox_capacity) return RV_ERR_K2K_FULL;
     rv_envelope e;
@@ -217,7 +220,9 @@ RV_API int rv_forward(rv_actor_ctx *ctx, uint32_t destination, const void *paylo
 
 RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
     if (ctx->init_phase) return;
-    rv_store_relaxed_u64(&ctx->cb->stall_until_ns, rv_grid_now_ns(ctx->g) + ns);
+    uint64_t until = rv_grid_now_ns(ctx->g) + ns;
+    ctx->g->actors[ctx->slot].stall_until_ns = until;
+    rv_store_relaxed_u64(&ctx->cb->stall_until_ns, until);
     ctx->stall_requested = 1;
 }
 
@@ -233,7 +238,8 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
     }
     if (ok && ctx->send_count + ctx->routed_count != 0) ctx->cb->k2k_sent += ctx->send_count + ctx->routed_count;
     /* the routed sends lie in the outbox from its tail on; the reply goes after them */
-    uint32_t tail = ctx->cb->outbox_tail;
+    rv_actor_record *ar = &ctx->g->actors[ctx->slot];
+    uint32_t tail = ar->outbox_tail;
     uint32_t publish = ok ? tail + ctx->routed_count : tail;
     ctx->send_count = 0;
     ctx->routed_count = 0;
@@ -248,6 +254,7 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
         ctx->reply_bulk = 0;
     }
     if (publish != tail) {
+        ar->outbox_tail = publish;
         rv_store_release_u32(&ctx->cb->outbox_tail, publish);
         out |= RV_STEP_REPLIED;
     }

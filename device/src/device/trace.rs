@@ -30,8 +30,8 @@ pub struct DeviceStamps {
 
 /// Where the time of one call went ([`Device::trace_call`]). Host stamps are exact; device stamps are exact among
 /// themselves, and placed against the host's by the clock offset the backend measured at start (on CUDA within
-/// half a kernel launch's round trip): of the two crossings ([`CallTrace::hops`]' second and last), each may be
-/// off by that much, their sum is exact.
+/// half a PCIe round trip; exact on the CPU backend, which shares the host's clock): of the two crossings
+/// ([`CallTrace::hops`]' second and last), each may be off by that much, their sum is exact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTrace {
     /// The call began (host time, ns since the Unix epoch).

@@ -120,10 +120,13 @@ pub enum KernelArgs {
         /// Longest idle pause of an actor block between sweeps, in nanoseconds.
         actor_backoff_ns: u32,
     },
-    /// `rv_clock_kernel(out)`: stores the device's raw clock at `out`.
+    /// `rv_clock_kernel(cells, rounds)`: the clock probe's answering thread (`clock.rs`).
     Clock {
-        /// Where (mapped host memory, as the device sees it).
-        out: DevPtr,
+        /// Three u64 cells: the host's round, the device's clock, the round answered (mapped host memory, as the
+        /// device sees it).
+        cells: DevPtr,
+        /// Rounds to answer.
+        rounds: u64,
     },
     /// `rv_floor_kernel(req, resp, n)`: the floor probe's answering thread (`floor.rs`).
     Floor {

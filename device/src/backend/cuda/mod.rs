@@ -24,6 +24,7 @@
 //! host build of the kernels and enforces the driver's rules (`emulated/`), which is how CI executes this.
 
 mod book;
+mod clock;
 pub mod driver;
 pub mod emulated;
 pub mod floor;
@@ -352,24 +353,19 @@ impl CudaExecutor {
         let init_blocks = header.slot_count.div_ceil(128).clamp(1, 1024);
         run_short("the init kernel", init_fn, KernelArgs::Init { shared: shared_dev, local }, init_blocks, 128)?;
 
-        // The device clock against the host's: the clock kernel stores the raw clock into the header's
-        // clock_offset_ns field; the narrowest of three brackets of host time gives the offset.
+        // The device clock against the host's (clock.rs), through the header's trace cells: nothing uses them
+        // before the persistent kernel starts, and they are zeroed again after.
+        let cells = std::mem::offset_of!(RawGridHeader, trace_ns);
+        // SAFETY: the trace cells (four u64s) are inside the live mapped header, 8-byte aligned.
+        let host_cells = unsafe { shared_host.add(cells) } as *mut u64;
+        let clock::Calibration { offset_ns: offset, bracket_ns: width } =
+            clock::calibrate(d, ctx, clock_fn, stream, host_cells, shared_dev + cells as u64, config.start_timeout)?;
         let field = std::mem::offset_of!(RawGridHeader, clock_offset_ns);
-        let mut best: Option<(u64, i64)> = None;
-        for _ in 0..3 {
-            let before = host_now_ns();
-            run_short("the clock kernel", clock_fn, KernelArgs::Clock { out: shared_dev + field as u64 }, 1, 32)?;
-            let after = host_now_ns();
-            // SAFETY: the field is inside the live mapped header; the kernel that wrote it has completed.
-            let raw = unsafe { std::ptr::read_volatile(shared_host.add(field) as *const u64) };
-            let offset = ((before / 2 + after / 2) as i64).wrapping_sub(raw as i64);
-            if best.is_none_or(|(width, _)| after - before < width) {
-                best = Some((after - before, offset));
-            }
+        // SAFETY: inside the live mapped header; the clock kernel has ended and no other kernel reads it now.
+        unsafe {
+            std::ptr::write_bytes(host_cells, 0, 4);
+            std::ptr::write(shared_host.add(field) as *mut i64, offset);
         }
-        let (width, offset) = best.expect("three measurements");
-        // SAFETY: as above; no kernel reads the header now.
-        unsafe { std::ptr::write(shared_host.add(field) as *mut i64, offset) };
         tracing::debug!(offset_ns = offset, bracket_ns = width, "device clock calibrated");
 
         let idle_backoff =

@@ -218,7 +218,7 @@ impl Driver for CudarcDriver {
             KernelArgs::Persistent { shared, local, slots_per_block, budget, max_iterations, actor_backoff_ns } => {
                 (shared, local, slots_per_block, budget, max_iterations, actor_backoff_ns, 6)
             }
-            KernelArgs::Clock { out } => (out, 0, 0, 0, 0, 0, 1),
+            KernelArgs::Clock { cells, rounds } => (cells, rounds, 0, 0, 0, 0, 2),
             // (the floor's n goes third: a u32 after two pointers)
             KernelArgs::Floor { req, resp, n } => (req, resp, n, 0, 0, 0, 3),
             KernelArgs::Empty => (0, 0, 0, 0, 0, 0, 0),

@@ -394,7 +394,7 @@ impl Driver for EmulatedDriver {
         let pointers: Vec<u64> = match l.args {
             KernelArgs::Init { shared, local } => vec![shared, local],
             KernelArgs::Persistent { shared, local, .. } => vec![shared, local],
-            KernelArgs::Clock { out } => vec![out],
+            KernelArgs::Clock { cells, .. } => vec![cells],
             KernelArgs::Floor { req, resp, .. } => vec![req, resp],
             KernelArgs::Empty => Vec::new(),
         };
@@ -487,9 +487,10 @@ impl Driver for EmulatedDriver {
                 });
                 spawn("emu-cuda-init".into(), self.emu.clone(), run, blocks)?;
             }
-            KernelArgs::Clock { out } => {
-                // SAFETY: `out` is inside a live allocation (checked above), 8-byte aligned by the caller.
-                let run = Box::new(move || unsafe { ffi::rv_emu_clock(out as *mut u64, skew) });
+            KernelArgs::Clock { cells, rounds } => {
+                // SAFETY: `cells` is inside a live allocation (checked above), three 8-byte aligned u64s by the
+                // caller, who stops the thread (RV_FLOOR_STOP) before it frees them.
+                let run = Box::new(move || unsafe { ffi::rv_emu_clock(cells as *mut u64, rounds, skew, latency_ns) });
                 spawn("emu-cuda-clock".into(), self.emu.clone(), run, blocks)?;
             }
             KernelArgs::Floor { req, resp, n } => {
