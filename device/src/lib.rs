@@ -40,8 +40,7 @@ pub use backend::cuda::emulated::{
     EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT,
 };
 pub use backend::cuda::{
-    auto_idle_backoff as cuda_auto_idle_backoff, auto_idle_backoff_for as cuda_auto_idle_backoff_for,
-    driver_available as cuda_driver_available,
+    auto_idle_backoff as cuda_auto_idle_backoff, driver_available as cuda_driver_available,
     floor::{measure as cuda_floor, FloorReport as CudaFloorReport},
     nvrtc, source as cuda_source, CudaConfig, CudaDriver, CudaMode,
 };

@@ -88,8 +88,7 @@ impl Default for Backend {
 
 /// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
 /// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). In the latency mode
-/// the CPU backend's workers never park, and a CUDA grid's idle actor blocks pause at most 2 µs (a small grid;
-/// see `cuda::auto_idle_backoff_for`).
+/// the CPU backend's workers never park.
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
@@ -101,7 +100,7 @@ pub(crate) fn start(
         Backend::Cpu(config) => {
             Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, latency_mode)?)
         }
-        Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours, latency_mode)?),
+        Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
         #[cfg(feature = "wgpu")]
         Backend::Wgpu(config) => {
             Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, latency_mode)?)

@@ -108,17 +108,15 @@ pub struct CudaConfig {
     /// kernel (a block that cannot become resident: another process's kernels fill the GPU).
     pub start_timeout: Duration,
     /// Longest idle pause of an actor block between sweeps of its slots; `None` (the default): sized with the
-    /// grid by [`auto_idle_backoff_for`] (a lower floor in the latency mode). Every idle sweep reads mapped
-    /// memory across PCIe, so the pause bounds the bus traffic of idle actors (and block 0's accesses queue
-    /// behind it) at the cost of the wake-up latency of an idle actor.
+    /// grid by [`auto_idle_backoff`]. Every idle sweep reads mapped memory across PCIe, so the pause bounds the
+    /// bus traffic of idle actors (and block 0's accesses queue behind it) at the cost of the wake-up latency of
+    /// an idle actor. (The latency mode keeps it: a 2 µs pause for a small grid measured slower on an H100,
+    /// 24.9 µs a call against 19.1, the extra polling slowing the device's own reads; docs/benchmarks.md.)
     pub idle_backoff: Option<Duration>,
 }
 
 /// Smallest and largest automatic idle pause of an actor block.
 const IDLE_BACKOFF_MIN_NS: u64 = 8_192;
-/// Smallest automatic idle pause in the latency mode ([`DeviceConfig::latency_mode`](crate::DeviceConfig)): an
-/// idle actor of a small device notices a message within about 2 µs of its arrival instead of 8.
-const IDLE_BACKOFF_MIN_LATENCY_NS: u64 = 2_048;
 const IDLE_BACKOFF_MAX_NS: u64 = 20_000_000;
 /// Automatic idle pause per mapped-memory read of one idle sweep of the whole grid (a block's flags, and each
 /// slot's `host_seq`) past the first [`IDLE_READS_FREE`]: a large grid's idle sweeps then read mapped memory
@@ -137,15 +135,8 @@ const IDLE_READS_FREE: u64 = 16;
 /// actor of a large fleet wakes within milliseconds, not microseconds; set [`CudaConfig::idle_backoff`] to
 /// trade otherwise.
 pub fn auto_idle_backoff(blocks: u32, slots: u32) -> Duration {
-    auto_idle_backoff_for(blocks, slots, false)
-}
-
-/// [`auto_idle_backoff`], or in the latency mode the same sizing with a 2 µs floor (a large grid's pause is
-/// the same in both: it bounds the bus traffic of idle actors).
-pub fn auto_idle_backoff_for(blocks: u32, slots: u32, latency_mode: bool) -> Duration {
     let reads = (u64::from(blocks) + u64::from(slots)).saturating_sub(IDLE_READS_FREE);
-    let min = if latency_mode { IDLE_BACKOFF_MIN_LATENCY_NS } else { IDLE_BACKOFF_MIN_NS };
-    Duration::from_nanos((reads * IDLE_BACKOFF_PER_READ_NS).clamp(min, IDLE_BACKOFF_MAX_NS))
+    Duration::from_nanos((reads * IDLE_BACKOFF_PER_READ_NS).clamp(IDLE_BACKOFF_MIN_NS, IDLE_BACKOFF_MAX_NS))
 }
 
 impl Default for CudaConfig {
@@ -166,13 +157,6 @@ fn driver_err(e: DriverError) -> DeviceError {
 }
 
 pub use real::driver_available;
-
-/// How a grid is to run: its kernel's mode, and whether the device's latency mode lowers the idle pause.
-#[derive(Clone, Copy, Debug)]
-struct RunMode {
-    kernel: CudaMode,
-    latency_mode: bool,
-}
 
 /// What the launcher thread and the executor share.
 struct LaunchState {
@@ -229,7 +213,6 @@ impl CudaExecutor {
         config: CudaConfig,
         header: RawGridHeader,
         behaviours: &BehaviourSet,
-        latency_mode: bool,
     ) -> Result<Self, DeviceError> {
         if config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cuda backend: budget must be > 0".into()));
@@ -257,17 +240,7 @@ impl CudaExecutor {
         // The module load, the allocations, the memset and the short kernels wait for every running kernel of
         // the context: they run while the GPU's other persistent kernels are paused (quiesce.rs).
         let started = book::kernels(key)
-            .quiesced(PAUSE_WAIT, || {
-                Self::start_in(
-                    &driver,
-                    &gpu,
-                    RunMode { kernel: mode, latency_mode },
-                    &config,
-                    header,
-                    behaviours,
-                    &mut res,
-                )
-            })
+            .quiesced(PAUSE_WAIT, || Self::start_in(&driver, &gpu, mode, &config, header, behaviours, &mut res))
             .map_err(|e| DeviceError::BackendUnavailable(format!("cuda: {e}")))
             .and_then(|started| started);
         match started {
@@ -304,7 +277,7 @@ impl CudaExecutor {
     fn start_in(
         driver: &Arc<dyn Driver>,
         gpu: &driver::GpuInfo,
-        run: RunMode,
+        mode: CudaMode,
         config: &CudaConfig,
         header: RawGridHeader,
         behaviours: &BehaviourSet,
@@ -368,10 +341,8 @@ impl CudaExecutor {
         }
         tracing::debug!(offset_ns = offset, bracket_ns = width, "device clock calibrated");
 
-        let idle_backoff =
-            config.idle_backoff.unwrap_or_else(|| auto_idle_backoff_for(grid, header.slot_count, run.latency_mode));
+        let idle_backoff = config.idle_backoff.unwrap_or_else(|| auto_idle_backoff(grid, header.slot_count));
         let actor_backoff_ns = idle_backoff.as_nanos().min(u128::from(u32::MAX)) as u32;
-        let mode = run.kernel;
         let iterations = match mode {
             CudaMode::Persistent => 0,
             CudaMode::EventDriven { iterations } => iterations.max(1),
