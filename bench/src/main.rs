@@ -3,14 +3,15 @@
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
-//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda]`
+//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
 //! (beside the CPU backend's); `--only-remote` only the remote round trips over loopback (a second process:
 //! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices;
 //! `--only-liveness` block 0 under a burst of creates on the backend `RINGVISOR_BACKEND` names (see
-//! `liveness.rs`); `--only-cuda` the CUDA rows against the floor of the machine (see `cuda.rs`).
+//! `liveness.rs`); `--only-cuda` the CUDA rows against the floor of the machine (see `cuda.rs`); `--only-calls`
+//! the round trips and the one_for_one restarts (what a busy machine hurts first: run it beside a busy loop).
 
 mod backends;
 mod cuda;
@@ -39,6 +40,7 @@ fn main() {
     let mut only_routed = false;
     let mut only_liveness = false;
     let mut only_cuda = false;
+    let mut only_calls = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -56,6 +58,7 @@ fn main() {
             "--only-routed" => only_routed = true,
             "--only-liveness" => only_liveness = true,
             "--only-cuda" => only_cuda = true,
+            "--only-calls" => only_calls = true,
             "--serve-node" => {
                 let port =
                     args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
@@ -86,6 +89,12 @@ fn main() {
             tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
+    if only_calls {
+        let (mut rows, _, condvar) = call_rows(&scale);
+        rows.extend(restart_latency_rows(&scale, condvar));
+        println!("{}", markdown(&rows));
+        return;
+    }
     if only_cuda {
         println!("{}", markdown(&cuda::cuda_rows(scale.latency_samples)));
         return;
@@ -143,7 +152,8 @@ fn main() {
 fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
-         [--only-large] [--only-wgpu] [--only-remote] [--only-routed]"
+         [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] \
+         [--only-calls]"
     );
     std::process::exit(2)
 }
@@ -236,7 +246,9 @@ fn large_message_rows(s: &Scale) -> Vec<Row> {
     ]
 }
 
-fn run(s: Scale) -> (Vec<Row>, String, String) {
+/// The round-trip rows (`Device::call`, the supervised handle, the latency mode, beside ractor's call, tokio,
+/// a spinning pair and a parked pair), their plot, and the parked pair's summary (the restart rows' context).
+fn call_rows(s: &Scale) -> (Vec<Row>, String, stats::Summary) {
     let mut rows = Vec::new();
     eprintln!("round trip ...");
     let mut rt = round_trip(s.latency_samples).into_iter();
@@ -271,6 +283,33 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
     ));
     let svg =
         cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor, &condvar]);
+    (rows, svg, condvar)
+}
+
+/// The one_for_one restart rows: a GPU child (default and latency mode) against a ractor child, and against
+/// the parked hand-off pair `condvar` (context).
+fn restart_latency_rows(s: &Scale, condvar: stats::Summary) -> Vec<Row> {
+    let mut rows = Vec::new();
+    eprintln!("restart latency ...");
+    let gpu = restart_latency(true, false, s.restart_samples);
+    let host = restart_latency(false, false, s.restart_samples);
+    let gpu_latency = restart_latency(true, true, s.restart_samples);
+    rows.push(Row::new(
+        "restart latency, one_for_one",
+        gpu.clone(),
+        condvar,
+        "(context: parked hand-off pair)",
+        |_, _, _| true,
+    ));
+    let restart_target = "median <= 1.5x ractor child, p99 <= 500 µs";
+    let restart_met = |v: &stats::Summary, _: &stats::Summary, r: f64| r <= 1.5 && v.p99 <= 500e3;
+    rows.push(Row::new("restart latency, one_for_one", gpu, host.clone(), restart_target, restart_met));
+    rows.push(Row::new("restart latency, one_for_one, latency mode", gpu_latency, host, restart_target, restart_met));
+    rows
+}
+
+fn run(s: Scale) -> (Vec<Row>, String, String) {
+    let (mut rows, svg, condvar) = call_rows(&s);
 
     eprintln!("one-way throughput ...");
     let one = device_one_way(1, s.throughput_messages, s.throughput_runs, 1);
@@ -301,21 +340,7 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
     rows.extend(remote_rows(s.latency_samples));
     rows.extend(routed_rows(s.latency_samples));
 
-    eprintln!("restart latency ...");
-    let gpu = restart_latency(true, false, s.restart_samples);
-    let host = restart_latency(false, false, s.restart_samples);
-    let gpu_latency = restart_latency(true, true, s.restart_samples);
-    rows.push(Row::new(
-        "restart latency, one_for_one",
-        gpu.clone(),
-        condvar,
-        "(context: parked hand-off pair)",
-        |_, _, _| true,
-    ));
-    let restart_target = "median <= 1.5x ractor child, p99 <= 500 µs";
-    let restart_met = |v: &stats::Summary, _: &stats::Summary, r: f64| r <= 1.5 && v.p99 <= 500e3;
-    rows.push(Row::new("restart latency, one_for_one", gpu, host.clone(), restart_target, restart_met));
-    rows.push(Row::new("restart latency, one_for_one, latency mode", gpu_latency, host, restart_target, restart_met));
+    rows.extend(restart_latency_rows(&s, condvar));
 
     eprintln!("group restart ...");
     let group = group_restart(true, 1000, s.group_samples);
