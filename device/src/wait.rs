@@ -74,14 +74,24 @@ impl Parker {
 pub(crate) struct IdleBackoff {
     idle: u32,
     spin: u32,
+    /// Rounds that yield after the spinning ones, before the thread parks.
+    yields: u32,
     park_max: Duration,
     /// Past the spinning rounds, yield forever instead of parking (the latency mode).
     never_park: bool,
 }
 
 impl IdleBackoff {
+    /// `spin` rounds that spin, as many that yield, then parks of up to `park_max`.
     pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self { idle: 0, spin, park_max, never_park: false }
+        Self { idle: 0, spin, yields: spin, park_max, never_park: false }
+    }
+
+    /// Sets the rounds that yield before the thread parks. Yielding keeps a thread as quick to find new work
+    /// as spinning on an idle machine, and gives its core away on a busy one; spinning does not.
+    pub(crate) fn yields(mut self, rounds: u32) -> Self {
+        self.yields = rounds;
+        self
     }
 
     /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
@@ -108,10 +118,10 @@ impl IdleBackoff {
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
-        } else if self.never_park || self.idle <= self.spin.saturating_mul(2) {
+        } else if self.never_park || self.idle <= self.spin.saturating_add(self.yields) {
             std::thread::yield_now();
         } else {
-            let shift = (self.idle - self.spin * 2).min(16);
+            let shift = (self.idle - self.spin - self.yields).min(16);
             let timeout = Duration::from_micros(50u64 << shift).min(self.park_max);
             parker.park_unless(seen, timeout, pending);
         }

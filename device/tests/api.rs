@@ -139,7 +139,32 @@ fn a_traced_call_is_answered_and_measured_hop_by_hop() {
     assert!(matches!(d.trace_call(0, &too_large, T), Err(DeviceError::PayloadTooLarge { .. })));
 }
 
+/// A task that calls in a loop gives the runtime back to its other tasks, even when every call is answered at
+/// once (each counts against the task's cooperative budget): on a one-thread runtime, a task spawned before the
+/// loop runs before the loop ends.
+fn a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run() {
+    let d = open(1);
+    d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let other_ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = other_ran.clone();
+        let other = tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::Relaxed) });
+        let mut calls_before_it_ran = None;
+        for i in 0..2_000u32 {
+            d.call_async(0, &i.to_le_bytes(), T).await.unwrap();
+            if calls_before_it_ran.is_none() && other_ran.load(std::sync::atomic::Ordering::Relaxed) {
+                calls_before_it_ran = Some(i);
+            }
+        }
+        other.await.unwrap();
+        let ran_after = calls_before_it_ran.expect("the other task ran while the calls went on");
+        assert!(ran_after <= 256, "the other task ran only after {ran_after} calls");
+    });
+}
+
 on_every_backend!(
+    a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run,
     a_traced_call_is_answered_and_measured_hop_by_hop,
     the_latency_mode_answers_restarts_and_shuts_down_as_without_it,
     pod_payloads_go_zero_copy_both_ways,

@@ -167,6 +167,10 @@ fn release(flag: &AtomicU32) {
     unsafe { ffi::rv_cpu_release(flag.as_ptr()) }
 }
 
+/// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
+/// as spinning on an idle machine; its core given away on a busy one).
+const WORKER_YIELD_ROUNDS: u32 = 64;
+
 /// Slots per run-set word.
 const SLOTS_PER_WORD: u32 = 32;
 /// Run-set words per summary word (a bit each).
@@ -174,7 +178,9 @@ const WORDS_PER_SUMMARY_WORD: u32 = 32;
 
 fn worker(s: &CpuShared, index: usize) {
     let summary_words = s.summary_words as usize;
-    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max).latency_mode(s.latency_mode);
+    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max)
+        .yields(WORKER_YIELD_ROUNDS)
+        .latency_mode(s.latency_mode);
     let mut start = index * summary_words / s.config.workers.max(1);
     let view = s.view.0 as *const RvGridView;
     while !s.terminate.load(Ordering::Acquire) {

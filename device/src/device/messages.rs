@@ -117,6 +117,11 @@ impl Device {
         timeout: Duration,
         start: impl Fn(Instant) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
+        // One unit of the task's cooperative budget per call: a task that calls in a loop, each call answered
+        // while it polls in the poller's place (no await that waits), still yields to the runtime when its
+        // budget is spent, as it would on any tokio resource (producers calling flat out starved a runtime's
+        // other tasks: the chaos test's fault injector).
+        tokio::task::coop::consume_budget().await;
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = loop {
             match start(Instant::now()) {

@@ -41,11 +41,16 @@ pub(super) const ASSIST_BUSY: Duration = Duration::from_micros(4);
 /// place ([`DeviceInner::assist`]), and a poller spinning for long kept a busy machine's last free core from
 /// the threads that produce the reply (a call took 74-160 µs beside one busy core, 11 µs with these values).
 const POLLER_SPIN_ROUNDS: u32 = 4;
+/// Idle rounds it then yields through before it parks: as quick to see an event as spinning on an idle machine
+/// (a parked poller costs a wake-up), polite on a busy one.
+const POLLER_YIELD_ROUNDS: u32 = 256;
 
 /// The poller thread: reads events and outboxes until the device is dropped or shut down (in the latency
 /// mode without ever parking).
 pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
-    let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2)).latency_mode(latency_mode);
+    let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2))
+        .yields(POLLER_YIELD_ROUNDS)
+        .latency_mode(latency_mode);
     let parker = match device.upgrade() {
         Some(d) => d.poller_parker.clone(),
         None => return,
