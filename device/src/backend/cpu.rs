@@ -371,6 +371,22 @@ mod tests {
         }
     }
 
+    impl HandStepped {
+        /// Two slots, an echo actor created in slot 0 and stepped until it is settled (Active and idle).
+        fn with_settled_echo() -> Self {
+            let d = HandStepped::new(2);
+            d.create(0, 0, 1); // echo
+            d.grid.publish_command_tail(1);
+            d.step_block0();
+            d.step_actor(0); // the init
+            d.step_block0(); // the Created event
+            for _ in 0..4 {
+                d.step_actor(0); // the first full steps settle the slot
+            }
+            d
+        }
+    }
+
     /// This thread's shared-region (system-scope) loads and stores since the last call.
     fn shared_accesses() -> (u64, u64) {
         let (mut loads, mut stores) = (0, 0);
@@ -413,15 +429,7 @@ mod tests {
     /// (which bumps `host_seq`) makes the next step a full one.
     #[test]
     fn an_idle_active_actors_step_reads_one_shared_word_and_beats_at_a_bounded_rate() {
-        let d = HandStepped::new(2);
-        d.create(0, 0, 1); // echo
-        d.grid.publish_command_tail(1);
-        d.step_block0();
-        d.step_actor(0); // the init
-        d.step_block0(); // the Created event
-        for _ in 0..4 {
-            d.step_actor(0); // the first full steps settle the slot
-        }
+        let d = HandStepped::with_settled_echo();
         const STEPS: u64 = 100_000;
         shared_accesses();
         let started = std::time::Instant::now();
@@ -455,15 +463,7 @@ mod tests {
     fn the_step_that_answers_a_call_makes_a_bounded_number_of_shared_accesses() {
         const LOADS: u64 = 5;
         const STORES: u64 = 4;
-        let d = HandStepped::new(2);
-        d.create(0, 0, 1); // echo
-        d.grid.publish_command_tail(1);
-        d.step_block0();
-        d.step_actor(0); // the init
-        d.step_block0(); // the Created event
-        for _ in 0..4 {
-            d.step_actor(0);
-        }
+        let d = HandStepped::with_settled_echo();
         let mut counted = Vec::new();
         for index in 0..3u32 {
             let env = RawEnvelope {
