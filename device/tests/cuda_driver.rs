@@ -227,7 +227,7 @@ fn cubin_first_then_ptx_with_the_jit_log_in_the_error() {
 }
 
 /// The floor probe (a GPU thread answering the host through mapped memory, and a launch per request) runs on the
-/// emulated driver too, where each answer costs at least the cost model's latency of a mapped-memory store; it
+/// emulated driver too, where each answer costs at least the cost model's latency of a release store; it
 /// leaves nothing behind, and runs beside a device's kernel (paused around its module load and frees).
 #[test]
 fn the_floor_probe_pays_the_mapped_latency_and_leaves_nothing_behind() {
@@ -239,7 +239,7 @@ fn the_floor_probe_pays_the_mapped_latency_and_leaves_nothing_behind() {
     let mut samples = floor.ping_pong_ns.clone();
     samples.sort_unstable();
     let floor_ns = EMULATED_MAPPED_LATENCY.as_nanos() as u64;
-    assert!(samples[0] >= floor_ns, "an answer in {} ns, under the {floor_ns} ns of one mapped store", samples[0]);
+    assert!(samples[0] >= floor_ns, "an answer in {} ns, under the {floor_ns} ns of one release store", samples[0]);
     counter_works(&d, 0);
     drop(d);
     all_released(&gpu);

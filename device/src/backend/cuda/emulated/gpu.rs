@@ -17,10 +17,12 @@ pub struct EmulatedGpu {
     pub exec_timeout: bool,
     /// Newest PTX ISA version the driver's JIT accepts.
     pub max_ptx_version: (u32, u32),
-    /// The cost model of mapped memory: every system-scope access of a kernel thread (a load or store of the
-    /// shared region, a PCIe transaction on a GPU) waits this long. The default, 0.9 µs, is half the round trip
-    /// of a flag ping-ponged through mapped memory between the host and one GPU thread on an H200 (1.75 µs,
-    /// `docs/benchmarks.md`).
+    /// The cost model of mapped memory: every system-scope load of a kernel thread (a read of the shared region,
+    /// a PCIe round trip on a GPU) and every system-scope release store (which waits for the thread's earlier
+    /// stores to reach the host) waits this long; a relaxed store is posted and costs nothing, as on a GPU (an
+    /// H100 published a reply, ten stores two of them releases, in 1.9 µs: `docs/benchmarks.md`). The default,
+    /// 0.9 µs, is half the round trip of a flag ping-ponged through mapped memory between the host and one GPU
+    /// thread on an H200 (1.75 µs).
     pub mapped_latency: Duration,
 }
 
