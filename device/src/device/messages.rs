@@ -86,24 +86,25 @@ impl Device {
     /// Sends a message and waits for its reply. The device's error answer comes back as
     /// [`DeviceError::ErrorReply`], a message handed back undelivered as [`DeviceError::Undelivered`].
     pub fn call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
-        self.run_call(timeout, |deadline| self.start_call(slot, payload, deadline))
+        self.run_call(slot, timeout, |deadline| self.start_call(slot, payload, deadline))
     }
 
     /// Async form of [`Device::call`]. Waiting for inbox room, if any, polls briefly.
     pub async fn call_async(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
-        self.run_call_async(timeout, |deadline| self.start_call(slot, payload, deadline)).await
+        self.run_call_async(slot, timeout, |deadline| self.start_call(slot, payload, deadline)).await
     }
 
-    /// Writes a call with `start` (which waits up to the deadline it is given for inbox room), then waits for
-    /// its answer until `timeout` has passed.
+    /// Writes a call to `slot` with `start` (which waits up to the deadline it is given for inbox room), then
+    /// waits for its answer until `timeout` has passed.
     fn run_call(
         &self,
+        slot: u32,
         timeout: Duration,
         start: impl FnOnce(Instant) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = start(deadline)?;
-        let out = match self.assist_until_answered(&waiter, deadline) {
+        let out = match self.assist_until_answered(&waiter, deadline, slot) {
             Some(out) => Some(out),
             None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
         };
@@ -114,6 +115,7 @@ impl Device {
     /// while the inbox is full.
     async fn run_call_async(
         &self,
+        slot: u32,
         timeout: Duration,
         start: impl Fn(Instant) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
@@ -131,19 +133,22 @@ impl Device {
                 other => break other?,
             }
         };
-        let out = match self.assist_until_answered(&waiter, deadline) {
+        let out = match self.assist_until_answered(&waiter, deadline, slot) {
             Some(out) => Some(out),
             None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
         };
         self.finish_call(correlation, out)
     }
 
+    /// Polls in the poller's place until the call's answer comes or a short while has passed (`slot`: the actor
+    /// called, whose outbox the answer usually comes through).
     pub(super) fn assist_until_answered(
         &self,
         waiter: &CallWaiter,
         deadline: Instant,
+        slot: u32,
     ) -> Option<Result<Reply, DeviceError>> {
-        self.inner.assist(waiter, deadline)
+        self.inner.assist(waiter, deadline, Some(slot))
     }
 
     /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the
@@ -166,7 +171,7 @@ impl Device {
     /// [`Device::read_state`] of the state region's first `len` bytes, whatever the behaviour declares (a `len`
     /// past the region is [`DeviceError::PayloadTooLarge`] with the region's size as its limit).
     pub fn read_state_prefix(&self, slot: u32, len: usize, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call(timeout, |deadline| self.start_state_read(slot, len, deadline))?;
+        let reply = self.run_call(slot, timeout, |deadline| self.start_state_read(slot, len, deadline))?;
         Ok(reply.payload()?.to_vec())
     }
 
@@ -177,7 +182,7 @@ impl Device {
         len: usize,
         timeout: Duration,
     ) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call_async(timeout, |deadline| self.start_state_read(slot, len, deadline)).await?;
+        let reply = self.run_call_async(slot, timeout, |deadline| self.start_state_read(slot, len, deadline)).await?;
         Ok(reply.payload()?.to_vec())
     }
 

@@ -36,6 +36,9 @@ pub(super) const ASSIST_SPIN: Duration = Duration::from_micros(50);
 /// that on a machine whose cores are busy the threads that produce the answer (a CPU backend's worker, the
 /// poller) get the core it would spin on (an answer usually comes within a few microseconds on an idle one).
 pub(super) const ASSIST_BUSY: Duration = Duration::from_micros(4);
+/// A caller waiting for its own slot's reply polls the whole device once every this many rounds, its own outbox
+/// in the others ([`DeviceInner::assist`]).
+const ASSIST_FULL_POLL_EVERY: u32 = 4;
 
 /// Idle rounds the poller spins through before it yields: few, since a caller waiting for a reply polls in its
 /// place ([`DeviceInner::assist`]), and a poller spinning for long kept a busy machine's last free core from
@@ -80,11 +83,14 @@ pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
 
 impl DeviceInner {
     /// Polls the device in the poller's place for a short while (an answer through a running kernel usually
-    /// comes within it), so the answer does not wait for the poller thread to wake.
-    pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
+    /// comes within it), so the answer does not wait for the poller thread to wake. A caller whose answer
+    /// comes from `own_slot`'s outbox reads that outbox itself in most rounds ([`DeviceInner::poll_slot`]: the
+    /// reply is there before the executor's word that the slot has replies, a GPU block's doorbell, rung after
+    /// its sweep), and polls the whole device in the others (an answer forwarded from elsewhere).
+    pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant, own_slot: Option<u32>) -> Option<T> {
         let start = Instant::now();
         let (busy_until, until) = ((start + ASSIST_BUSY).min(deadline), (start + ASSIST_SPIN).min(deadline));
-        loop {
+        for round in 0u32.. {
             if let Some(out) = completion.try_take() {
                 return Some(out);
             }
@@ -92,13 +98,17 @@ impl DeviceInner {
             if now >= until {
                 return None;
             }
-            self.poll_assist();
+            match own_slot {
+                Some(slot) if round % ASSIST_FULL_POLL_EVERY != ASSIST_FULL_POLL_EVERY - 1 => self.poll_slot(slot),
+                _ => self.poll_assist(),
+            }
             if now < busy_until {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
             }
         }
+        None
     }
 
     /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
@@ -108,25 +118,50 @@ impl DeviceInner {
         }
     }
 
-    /// Reads events and outboxes once. Returns true if it found anything.
-    pub(super) fn poll_once(&self, st: &mut PollState) -> bool {
-        let PollState { sweep, outbox_heads, event_head, held, .. } = st;
-        let mut work = false;
-        sweep.clear();
-        // outboxes whose routed message waits for room in its target's inbox are tried again each time
-        sweep.extend(held.iter().map(|&(slot, _)| slot));
+    /// Reads the events, then `slot`'s outbox, in the poller's place if no one else is polling: a caller's look
+    /// at its own reply, without the executor's word on which slots have replies (what that word says stays
+    /// for the next whole poll, which finds the outbox read).
+    pub(super) fn poll_slot(&self, slot: u32) {
+        if slot >= self.grid.slot_count() {
+            return;
+        }
+        if let Ok(mut st) = self.poll.try_lock() {
+            let st = &mut *st;
+            st.sweep.clear();
+            self.read_events(&mut st.event_head, &mut st.sweep);
+            st.sweep.push(slot);
+            let PollState { sweep, outbox_heads, held, .. } = st;
+            for &s in sweep.iter() {
+                self.drain_outbox(s, &mut outbox_heads[s as usize], held);
+            }
+        }
+    }
+
+    /// Reads and applies the events published since `event_head`, adding each event's slot to `sweep` (block 0
+    /// may have answered discarded kernel-to-kernel messages in its outbox). Returns true if there were any.
+    fn read_events(&self, event_head: &mut u32, sweep: &mut Vec<u32>) -> bool {
         let tail = self.grid.event_tail();
+        let mut any = false;
         while *event_head != tail {
             let raw = self.grid.read_event(*event_head);
             *event_head = event_head.wrapping_add(1);
             self.grid.release_events(*event_head);
             self.apply_event(&raw);
-            // block 0 may have answered discarded kernel-to-kernel messages in this slot's outbox
             if raw.slot < self.grid.slot_count() {
                 sweep.push(raw.slot);
             }
-            work = true;
+            any = true;
         }
+        any
+    }
+
+    /// Reads events and outboxes once. Returns true if it found anything.
+    pub(super) fn poll_once(&self, st: &mut PollState) -> bool {
+        let PollState { sweep, outbox_heads, event_head, held, .. } = st;
+        sweep.clear();
+        // outboxes whose routed message waits for room in its target's inbox are tried again each time
+        sweep.extend(held.iter().map(|&(slot, _)| slot));
+        let mut work = self.read_events(event_head, sweep);
         if !self.executor.dirty_slots(&mut |s| sweep.push(s)) {
             sweep.extend(0..self.grid.slot_count());
         }

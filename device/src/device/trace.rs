@@ -92,7 +92,7 @@ impl Device {
         env.flags |= RV_FLAG_TRACE as u8;
         let (correlation, waiter) = self.start_call_with(slot, correlation, env, deadline)?;
         let written_ns = host_now_ns();
-        let out = match self.assist_until_answered(&waiter, deadline) {
+        let out = match self.assist_until_answered(&waiter, deadline, slot) {
             Some(out) => Some(out),
             None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
         };
