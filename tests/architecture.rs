@@ -24,7 +24,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
         "lib.rs",
         &[
             // vocabulary: layouts, codes, messages, errors, the run-time helpers everything uses
-            &["ffi", "c_layout", "layout", "codes", "ring", "sync", "wait", "event", "message", "error"],
+            &["ffi", "c_layout", "layout", "codes", "ring", "clock", "sync", "wait", "event", "message", "error"],
             // the shared regions and the behaviours compiled into them
             &["shared", "bulk", "behaviour"],
             // the executors of the device code

@@ -21,6 +21,7 @@ mod backend;
 pub mod behaviour;
 mod bulk;
 pub mod c_layout;
+mod clock;
 mod codes;
 mod device;
 pub mod error;

@@ -96,7 +96,7 @@ impl Device {
 
     /// Writes a call to `slot` with `start` (which waits up to the deadline it is given for inbox room), then
     /// waits for its answer until `timeout` has passed.
-    fn run_call(
+    pub(super) fn run_call(
         &self,
         slot: u32,
         timeout: Duration,
@@ -219,14 +219,26 @@ impl Device {
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(u64, CallWaiter), DeviceError> {
+        self.start_call_flagged(slot, payload, 0, deadline)
+    }
+
+    /// [`Device::start_call`] of an envelope with the `RV_FLAG_*` bits `flags` set besides (a traced call).
+    pub(super) fn start_call_flagged(
+        &self,
+        slot: u32,
+        payload: &[u8],
+        flags: u8,
+        deadline: Instant,
+    ) -> Result<(u64, CallWaiter), DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
+        let mut env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
+        env.flags |= flags;
         self.start_call_with(slot, correlation, env, deadline)
     }
 
     /// Registers the waiter of `env` (correlation `correlation`), then writes it.
-    pub(super) fn start_call_with(
+    fn start_call_with(
         &self,
         slot: u32,
         correlation: u64,

@@ -4,12 +4,13 @@
 //! `kernels/protocol/actor.cu`, into the grid header's `trace_ns`). All stamps are host time (ns since the Unix
 //! epoch): the device's clock is converted with the offset the backend measured when it started.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::Device;
+use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
 use crate::layout::RV_FLAG_TRACE;
-use crate::message::{Envelope, Reply};
+use crate::message::Reply;
 use crate::sync::lock;
 
 /// How long a traced call waits, after its reply, for the device's last stamp (stored just after the reply).
@@ -72,10 +73,6 @@ impl CallTrace {
     }
 }
 
-fn host_now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 impl Device {
     /// [`Device::call`], measured hop by hop: the reply and a [`CallTrace`]. One traced call at a time per device
     /// (a second waits for the first); other calls and sends go on beside it untraced. For finding where a call's
@@ -83,21 +80,15 @@ impl Device {
     /// few device clock reads and five stores more than a plain one. Errors as [`Device::call`]'s.
     pub fn trace_call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<(Reply, CallTrace), DeviceError> {
         let _one_at_a_time = lock(&self.inner.trace);
-        self.check_payload(payload)?;
         let (_, before) = self.inner.grid.trace_record();
-        let deadline = Instant::now() + timeout;
-        let started_ns = host_now_ns();
-        let correlation = self.inner.next_correlation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
-        env.flags |= RV_FLAG_TRACE as u8;
-        let (correlation, waiter) = self.start_call_with(slot, correlation, env, deadline)?;
-        let written_ns = host_now_ns();
-        let out = match self.assist_until_answered(&waiter, deadline, slot) {
-            Some(out) => Some(out),
-            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
-        };
-        let answered_ns = host_now_ns();
-        let reply = self.finish_call(correlation, out)?;
+        let started_ns = unix_now_ns();
+        let written_ns = std::cell::Cell::new(0);
+        let reply = self.run_call(slot, timeout, |deadline| {
+            let started = self.start_call_flagged(slot, payload, RV_FLAG_TRACE as u8, deadline);
+            written_ns.set(unix_now_ns());
+            started
+        })?;
+        let (answered_ns, written_ns) = (unix_now_ns(), written_ns.get());
         let device = self.device_stamps(slot, before[3]);
         Ok((reply, CallTrace { started_ns, written_ns, device, answered_ns }))
     }

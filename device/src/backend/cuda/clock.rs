@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::{Driver, Handle, KernelArgs, Launch};
-use super::{driver_err, host_now_ns, wait_until};
+use super::{driver_err, wait_until};
+use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
 use crate::layout::RV_FLOOR_STOP;
 
@@ -46,7 +47,7 @@ pub(super) fn calibrate(
     let mut best: Option<Calibration> = None;
     for round in 1..=ROUNDS {
         let deadline = Instant::now() + limit;
-        let before = host_now_ns();
+        let before = unix_now_ns();
         cell(0).store(round, Ordering::Release);
         while cell(2).load(Ordering::Acquire) != round {
             if Instant::now() >= deadline {
@@ -58,7 +59,7 @@ pub(super) fn calibrate(
             }
             std::hint::spin_loop();
         }
-        let after = host_now_ns();
+        let after = unix_now_ns();
         let raw = cell(1).load(Ordering::Relaxed);
         let offset_ns = ((before / 2 + after / 2) as i64).wrapping_sub(raw as i64);
         let bracket_ns = after.saturating_sub(before);

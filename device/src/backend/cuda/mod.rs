@@ -396,10 +396,6 @@ impl CudaExecutor {
     }
 }
 
-fn host_now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-}
-
 /// The launcher thread: launches the kernel, sleeps on a blocking-sync event until it ends, and relaunches it
 /// after a pause (quiesce.rs) and, in event-driven mode, after every bounded run; reports how it ended.
 fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode: CudaMode, grid: &SharedGrid) {

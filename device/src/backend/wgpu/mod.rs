@@ -20,12 +20,13 @@ pub use program::check;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::dirty_set::DirtySet;
 use super::region::HostRegion;
 use super::Executor;
 use crate::behaviour::BehaviourSet;
+use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
 use crate::layout::*;
 use crate::sync::lock;
@@ -152,10 +153,6 @@ impl WgpuExecutor {
     }
 }
 
-fn now_ns(clock: SystemTime) -> u64 {
-    clock.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Executor threads alive in this process, and the flag that stops them all at process exit.
 static LIVE_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -243,7 +240,7 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
     for upload in mirror.uploads(&s.host) {
         gpu.queue.write_buffer(&gpu.shared, upload.offset, bytemuck::cast_slice(&upload.words));
     }
-    let now = now_ns(SystemTime::now());
+    let now = unix_now_ns();
     let params = SubmitParams {
         now: split(now),
         now_ms: split(now / 1_000_000),

@@ -72,8 +72,7 @@ impl EmulatedDriver {
     /// A new emulated GPU. Its device clock counts from about one second ago (like a GPU's timer since boot),
     /// not from the host's epoch.
     pub fn new(gpu: EmulatedGpu) -> Self {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let clock_skew_ns = 1_000_000_000 - now.as_nanos() as i64;
+        let clock_skew_ns = 1_000_000_000 - crate::clock::unix_now_ns() as i64;
         Self { gpu, key: NEXT_KEY.fetch_add(1, Ordering::Relaxed), clock_skew_ns, emu: Arc::new(Emu::default()) }
     }
 
