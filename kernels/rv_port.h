@@ -143,7 +143,48 @@ RV_FN void rv_pause(uint32_t ns) {
     __nanosleep(ns);
 }
 RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)(__ffs((int)x) - 1); }
+/* The simulator's defect switches (see the host build below) do not exist on a GPU. */
+#define RV_DEFECT(n) 0
 #else
+/* The deterministic simulator (device/src/sim, docs/faults.md): on a thread it runs (rv_sim_thread set), every
+ * system-scope access, every synchronising access of the local region, every fence, clock read, pause and 16-byte
+ * copy goes through its hook. There it may hand the thread's turn to another simulated thread, keep the thread's
+ * stores to the shared region from the other threads until its memory model lets them be seen, and read the time
+ * it keeps. On every other thread the hook is never consulted. */
+typedef uint64_t (*rv_sim_hook_fn)(uint32_t op, void *p, uint64_t value);
+static rv_sim_hook_fn rv_sim_hook = 0;
+static thread_local int rv_sim_thread = 0;
+/* The hook's operations (low byte), the access's size in bytes (second byte) and its ordering (RV_SIM_ORDERED:
+ * acquire for a load, release for a store, a read-modify-write for RV_SIM_SYNC). */
+#define RV_SIM_LOAD 1u   /* returns the value the thread may see at p */
+#define RV_SIM_STORE 2u  /* stores value at p */
+#define RV_SIM_FENCE 3u  /* the thread's earlier stores become visible */
+#define RV_SIM_SYNC 4u   /* a point before a local-region access or read-modify-write, which the caller then makes */
+#define RV_SIM_NOW 5u    /* returns the simulated clock */
+#define RV_SIM_PAUSE 6u  /* sleeps value ns of simulated time */
+#define RV_SIM_COPY 7u   /* p: an rv_sim_copy_args */
+#define RV_SIM_ORDERED 0x10000u
+#define RV_SIM_SIZE(n) ((uint32_t)(n) << 8)
+struct rv_sim_copy_args {
+    void *dst;
+    const void *src; /* 0: zero the destination */
+    uint64_t bytes;
+};
+/* The simulator's switches, each putting back one ordering defect that a GPU found and the protocol fixed, so
+ * that the simulator can show it finds them (device/src/sim/mod.rs, Defect). Per simulated thread: zero on
+ * every other thread, and compiled out of the CUDA build. */
+static thread_local uint32_t rv_sim_defects = 0;
+#define RV_DEFECT(n) (rv_sim_defects & (1u << (n)))
+/* The three (docs/faults.md): an actor published a reply before it moved its inbox head past the message; it read
+ * its fault bits before its inbox tail; block 0 carried out every queued command in one step and beat once a
+ * step. Only lines that name RV_DEFECT differ (protocol_mirror.rs leaves them out). */
+#define RV_DEFECT_REPLY_BEFORE_CONSUMED 0
+#define RV_DEFECT_FAULTS_BEFORE_TAIL 1
+#define RV_DEFECT_KEEPER_BEATS_ONCE_A_STEP 2
+#define RV_SIM_POINT(op, p)                                                                                    \
+    do {                                                                                                       \
+        if (rv_sim_thread) (void)rv_sim_hook((op), (void *)(p), 0);                                            \
+    } while (0)
 /* The host build counts the system-scope (shared-region) accesses of each thread: on a GPU each is a PCIe
  * transaction, so tests hold the protocol to a budget (see rv_host_shared_accesses in host/rv_host.cpp). */
 static thread_local uint64_t rv_host_shared_loads = 0;
@@ -164,12 +205,22 @@ RV_FN void rv_host_sys_wait(void) {
 #define RV_HOST_SHARED_LOAD(name, T, order)                                                                    \
     RV_FN T name(const T *p) {                                                                                 \
         rv_host_shared_loads += 1;                                                                             \
+        if (rv_sim_thread)                                                                                     \
+            return (T)rv_sim_hook(RV_SIM_LOAD | RV_SIM_SIZE(sizeof(T)) |                                        \
+                                      (order == __ATOMIC_RELAXED ? 0u : RV_SIM_ORDERED),                       \
+                                  (void *)p, 0);                                                               \
         rv_host_sys_wait();                                                                                    \
         return __atomic_load_n(p, order);                                                                      \
     }
 #define RV_HOST_SHARED_STORE(name, T, order)                                                                   \
     RV_FN void name(T *p, T v) {                                                                               \
         rv_host_shared_stores += 1;                                                                            \
+        if (rv_sim_thread) {                                                                                   \
+            (void)rv_sim_hook(RV_SIM_STORE | RV_SIM_SIZE(sizeof(T)) |                                           \
+                                  (order == __ATOMIC_RELAXED ? 0u : RV_SIM_ORDERED),                           \
+                              (void *)p, (uint64_t)v);                                                         \
+            return;                                                                                            \
+        }                                                                                                      \
         if (order != __ATOMIC_RELAXED) rv_host_sys_wait();                                                     \
         __atomic_store_n(p, v, order);                                                                         \
     }
@@ -182,17 +233,39 @@ RV_HOST_SHARED_STORE(rv_store_release_u64, uint64_t, __ATOMIC_RELEASE)
 RV_HOST_SHARED_STORE(rv_store_relaxed_u32, uint32_t, __ATOMIC_RELAXED)
 RV_HOST_SHARED_STORE(rv_store_relaxed_u64, uint64_t, __ATOMIC_RELAXED)
 /* The host build has one scope: the LOCAL-region variants are the same operations. */
-RV_FN uint32_t rv_load_acquire_dev_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-RV_FN void rv_store_release_dev_u32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-RV_FN uint32_t rv_load_relaxed_dev_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+RV_FN uint32_t rv_load_acquire_dev_u32(const uint32_t *p) {
+    RV_SIM_POINT(RV_SIM_SYNC, p);
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+RV_FN void rv_store_release_dev_u32(uint32_t *p, uint32_t v) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+RV_FN uint32_t rv_load_relaxed_dev_u32(const uint32_t *p) {
+    RV_SIM_POINT(RV_SIM_SYNC, p);
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
 RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return expected;
 }
-RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL); }
-RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) { return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL); }
-RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
-RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) { return __atomic_fetch_and(p, bits, __ATOMIC_ACQ_REL); }
+RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL);
+}
+RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+}
+RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
+RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    return __atomic_fetch_and(p, bits, __ATOMIC_ACQ_REL);
+}
 #if defined(__SANITIZE_THREAD__)
 #define RV_THREAD_SANITIZER 1
 #elif defined(__has_feature)
@@ -208,24 +281,33 @@ RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) { return __atomic_fe
 static uint32_t rv_tsan_fence_word;
 RV_FN void rv_fence(void) { (void)__atomic_fetch_add(&rv_tsan_fence_word, 0u, __ATOMIC_SEQ_CST); }
 #else
-RV_FN void rv_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+RV_FN void rv_fence(void) {
+    RV_SIM_POINT(RV_SIM_FENCE, 0);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 #endif
 /* The emulated CUDA driver runs kernel blocks on host threads and gives each a skewed clock, as a GPU's
  * %globaltimer has an epoch of its own; 0 on every other thread. */
 static thread_local int64_t rv_host_clock_skew_ns = 0;
 RV_FN uint64_t rv_now_ns(void) {
+    if (rv_sim_thread) return rv_sim_hook(RV_SIM_NOW, 0, 0);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)((int64_t)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) + rv_host_clock_skew_ns);
 }
 /* A clock that never steps (CLOCK_MONOTONIC; unskewed: differences are what it is for). */
 RV_FN uint64_t rv_now_monotonic_ns(void) {
+    if (rv_sim_thread) return rv_sim_hook(RV_SIM_NOW, 0, 0);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 /* Short pauses yield; longer ones sleep (only the emulated driver's kernel threads pause that long). */
 RV_FN void rv_pause(uint32_t ns) {
+    if (rv_sim_thread) {
+        (void)rv_sim_hook(RV_SIM_PAUSE, 0, ns);
+        return;
+    }
     if (ns < 1000) {
         sched_yield();
         return;
@@ -279,8 +361,22 @@ __device__ __noinline__ static void rv_copy16_from_host(void *dst, const void *s
 #else
 /* memcpy/memset: no aliasing assumptions about the structs they move (a cast to a 16-byte struct type would
  * let the compiler drop the stores that built the source), and 16-byte moves for aligned data. */
-RV_FN void rv_copy16(void *dst, const void *src, uint32_t units) { __builtin_memcpy(dst, src, 16ull * units); }
-RV_FN void rv_zero16(void *dst, uint64_t units) { __builtin_memset(dst, 0, 16ull * units); }
+RV_FN void rv_copy16(void *dst, const void *src, uint32_t units) {
+    if (rv_sim_thread) {
+        struct rv_sim_copy_args a = {dst, src, 16ull * units};
+        (void)rv_sim_hook(RV_SIM_COPY, &a, 0);
+        return;
+    }
+    __builtin_memcpy(dst, src, 16ull * units);
+}
+RV_FN void rv_zero16(void *dst, uint64_t units) {
+    if (rv_sim_thread) {
+        struct rv_sim_copy_args a = {dst, 0, 16ull * units};
+        (void)rv_sim_hook(RV_SIM_COPY, &a, 0);
+        return;
+    }
+    __builtin_memset(dst, 0, 16ull * units);
+}
 RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
 #endif
 

@@ -25,12 +25,14 @@ const CRATES: &[(&str, &str, Layers)] = &[
         &[
             // vocabulary: layouts, codes, messages, errors, the run-time helpers everything uses
             &["ffi", "c_layout", "layout", "codes", "ring", "clock", "sync", "wait", "event", "message", "error"],
+            // where the simulator may interleave the threads it runs (shared.rs's accesses go through it)
+            &["interleave"],
             // the shared regions and the behaviours compiled into them
             &["shared", "bulk", "behaviour"],
             // the executors of the device code
             &["backend"],
-            // the host side of a device
-            &["device"],
+            // the host side of a device; the simulator, which runs the device code and the host's layer
+            &["device", "sim"],
         ],
     ),
     (

@@ -65,4 +65,18 @@ extern "C" {
     pub fn rv_emu_completed(word: *mut u32);
     pub fn rv_emu_observed(word: *const u32);
     pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, reset: i32);
+    // The deterministic simulator (device/src/sim).
+    pub fn rv_sim_install(hook: extern "C" fn(op: u32, p: *mut core::ffi::c_void, value: u64) -> u64);
+    pub fn rv_sim_enter(on: i32, defects: u32);
+    #[allow(clippy::too_many_arguments)]
+    pub fn rv_sim_block(
+        shared: *mut u8,
+        local: *mut u8,
+        table: *const Option<BehaviourFn>,
+        block: u32,
+        slots_per_block: u32,
+        budget: u32,
+        block0_backoff_ns: u32,
+        actor_backoff_ns: u32,
+    );
 }

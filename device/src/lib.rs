@@ -28,10 +28,12 @@ pub mod error;
 pub mod event;
 #[doc(hidden)]
 pub mod ffi;
+mod interleave;
 pub mod layout;
 pub mod message;
 mod ring;
 mod shared;
+pub mod sim;
 mod sync;
 mod wait;
 

@@ -29,6 +29,10 @@ unsafe impl Sync for SharedGrid {}
 /// # Safety
 /// `ptr` must point to a live, 4-byte aligned field of the shared region.
 pub(crate) unsafe fn load_u32(ptr: *mut u32, order: Ordering) -> u32 {
+    if crate::interleave::active() {
+        // SAFETY: as below; the simulator reads the field as this thread may see it.
+        return unsafe { crate::interleave::load(ptr as *const u8, 4) } as u32;
+    }
     // SAFETY: the caller guarantees a valid, aligned pointer into memory that outlives this call.
     unsafe { AtomicU32::from_ptr(ptr) }.load(order)
 }
@@ -38,6 +42,10 @@ pub(crate) unsafe fn load_u32(ptr: *mut u32, order: Ordering) -> u32 {
 /// # Safety
 /// `ptr` must point to a live, 4-byte aligned field of the shared region that this side owns.
 pub(crate) unsafe fn store_u32(ptr: *mut u32, value: u32, order: Ordering) {
+    if crate::interleave::active() {
+        // SAFETY: as for `load_u32`.
+        return unsafe { crate::interleave::store(ptr as *mut u8, 4, u64::from(value), order != Ordering::Relaxed) };
+    }
     // SAFETY: as for `load_u32`.
     unsafe { AtomicU32::from_ptr(ptr) }.store(value, order)
 }
@@ -47,8 +55,44 @@ pub(crate) unsafe fn store_u32(ptr: *mut u32, value: u32, order: Ordering) {
 /// # Safety
 /// `ptr` must point to a live, 8-byte aligned field of the shared region.
 pub(crate) unsafe fn load_u64(ptr: *mut u64, order: Ordering) -> u64 {
+    if crate::interleave::active() {
+        // SAFETY: as for `load_u32`.
+        return unsafe { crate::interleave::load(ptr as *const u8, 8) };
+    }
     // SAFETY: as for `load_u32`.
     unsafe { AtomicU64::from_ptr(ptr) }.load(order)
+}
+
+/// Copies a record into the shared region (a cell the caller owns until it publishes it).
+///
+/// # Safety
+/// `dst` must be a live, 16-byte aligned cell of the shared region that this side owns now.
+unsafe fn write_record<T: Copy>(dst: *mut T, value: T) {
+    if crate::interleave::active() {
+        // SAFETY: the caller's guarantee; `value` is a T on this stack.
+        return unsafe {
+            crate::interleave::write_bytes(dst as *mut u8, &value as *const T as *const u8, size_of::<T>())
+        };
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::ptr::write_volatile(dst, value) }
+}
+
+/// Copies a record out of the shared region (one the other side published, or that this side wrote).
+///
+/// # Safety
+/// `src` must be a live, 16-byte aligned cell of the shared region that the other side does not write now.
+unsafe fn read_record<T: Copy>(src: *const T) -> T {
+    if crate::interleave::active() {
+        let mut out = std::mem::MaybeUninit::<T>::uninit();
+        // SAFETY: the caller's guarantee; the simulator fills all size_of::<T>() bytes of `out` (T is plain data).
+        unsafe {
+            crate::interleave::read_bytes(out.as_mut_ptr() as *mut u8, src as *const u8, size_of::<T>());
+            return out.assume_init();
+        }
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::ptr::read_volatile(src) }
 }
 
 impl SharedGrid {
@@ -104,21 +148,21 @@ impl SharedGrid {
     pub(crate) fn write_inbox(&self, slot: u32, index: u32, env: &RawEnvelope) {
         // SAFETY: the cell is in bounds; the caller (holding the slot's send lock) owns it: it is not yet
         // published, and the device never writes inbox cells.
-        unsafe { std::ptr::write_volatile(self.inbox_cell(slot, index), *env) }
+        unsafe { write_record(self.inbox_cell(slot, index), *env) }
     }
 
     /// Reads back an inbox cell (a message the device did not consume).
     pub(crate) fn read_inbox(&self, slot: u32, index: u32) -> RawEnvelope {
         // SAFETY: the cell is in bounds; the device only reads inbox cells, and the host does not overwrite
         // cells it has not yet reported (see the reclaim floor in device/accounting.rs).
-        unsafe { std::ptr::read_volatile(self.inbox_cell(slot, index)) }
+        unsafe { read_record(self.inbox_cell(slot, index)) }
     }
 
     /// Reads an outbox cell the device published (index below the acquired outbox tail).
     pub(crate) fn read_outbox(&self, slot: u32, index: u32) -> RawEnvelope {
         // SAFETY: in bounds; published by the device with a release store the caller acquired, and not
         // reused by the device until the host moves outbox_head past it.
-        unsafe { std::ptr::read_volatile(self.outbox_cell(slot, index)) }
+        unsafe { read_record(self.outbox_cell(slot, index)) }
     }
 
     /// `len` bytes at `offset` of `slot`'s area in the bulk array at `area` (`off_inbox_bulk` or
@@ -174,7 +218,7 @@ impl SharedGrid {
         // until it publishes command_tail.
         unsafe {
             let ring = self.base.add(self.config.off_commands as usize) as *mut RawCommand;
-            std::ptr::write_volatile(ring.add(i), *cmd)
+            write_record(ring.add(i), *cmd)
         }
     }
 
@@ -184,7 +228,7 @@ impl SharedGrid {
         // SAFETY: in bounds; published by block 0 and not reused until the host moves event_head past it.
         unsafe {
             let ring = self.base.add(self.config.off_events as usize) as *const RawEvent;
-            std::ptr::read_volatile(ring.add(i))
+            read_record(ring.add(i))
         }
     }
 
@@ -240,6 +284,7 @@ impl SharedGrid {
         // SAFETY: aligned, host-owned field of a live control block; AtomicU32 has u32's layout, and every host
         // access to the field is atomic.
         let seq = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr_of_mut!((*self.block(slot)).host_seq)) };
+        crate::interleave::before_read_modify_write();
         seq.fetch_add(1, Ordering::Release);
     }
 

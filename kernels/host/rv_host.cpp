@@ -176,6 +176,24 @@ extern "C" void rv_emu_clock(uint64_t *cells, uint64_t rounds, int64_t clock_ske
     rv_host_clock_skew_ns = 0;
 }
 
+/* The deterministic simulator (device/src/sim): installs its hook (process-wide, once), and makes the calling
+ * thread one it runs (`on`), with the defect switches `defects` (bits RV_DEFECT_*), or an ordinary thread again. */
+extern "C" void rv_sim_install(rv_sim_hook_fn hook) { rv_sim_hook = hook; }
+extern "C" void rv_sim_enter(int on, uint32_t defects) {
+    rv_sim_thread = on && rv_sim_hook != 0;
+    rv_sim_defects = rv_sim_thread ? defects : 0;
+}
+
+/* One block of the persistent kernel on a simulated thread: the CUDA entry's loop (rv_block_run) with the pauses
+ * the simulator's run asks for, until the host asks the grid to terminate. */
+extern "C" void rv_sim_block(void *shared, void *local, const rv_behaviour_fn *table, uint32_t block,
+                             uint32_t slots_per_block, uint32_t budget, uint32_t block0_backoff_ns,
+                             uint32_t actor_backoff_ns) {
+    rv_grid_view v;
+    if (rv_grid_view_init(&v, shared, local, table) != RV_OK) return;
+    rv_block_run(&v, block, slots_per_block, budget, 0, block0_backoff_ns, actor_backoff_ns);
+}
+
 /* The calling thread's system-scope (shared-region) loads and stores since its last reset (see rv_port.h). */
 extern "C" void rv_host_shared_accesses(uint64_t *loads, uint64_t *stores, int reset) {
     *loads = rv_host_shared_loads;

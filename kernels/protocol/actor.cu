@@ -218,8 +218,10 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
      * a message seen here is seen with every fault injected before it was sent. Both after host_seq: a message
      * whose host_seq bump this step saw is below this tail. */
+    uint32_t faults = 0;
+    if (RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
     uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
-    uint32_t faults = rv_load_acquire_u32(&cb->fault_flags);
+    if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (faults & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
@@ -362,6 +364,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         uint64_t ran_ns = (msg->flags & RV_FLAG_TRACE) ? rv_grid_now_ns(g) : 0;
         if (msg->kind == RV_KIND_K2K) cb->k2k_received += 1;
         head += 1;
+        if (RV_DEFECT(RV_DEFECT_REPLY_BEFORE_CONSUMED)) out |= rv_finish_message(&ctx, 1);
         rv_consume_inbox(cb, ar, head);
         out |= rv_finish_message(&ctx, 1);
         if (msg->flags & RV_FLAG_TRACE) rv_record_trace(g, slot, began_ns, read_ns, ran_ns);

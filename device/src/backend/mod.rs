@@ -5,7 +5,7 @@
 pub mod cpu;
 pub mod cuda;
 mod dirty_set;
-mod region;
+pub(crate) mod region;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

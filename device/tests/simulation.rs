@@ -1,0 +1,120 @@
+//! The deterministic simulator (`ringvisor_device::sim`, docs/faults.md) in CI: today's protocol over as many seeds
+//! as fit in the time given (`RINGVISOR_SIM_SECS`, 60 s by default; at least `MIN_SEEDS`), the three ordering
+//! defects a GPU found each found from a cold start within `DEFECT_BOUND` seeds, a seed replayed exactly, and a
+//! failing run shortened. `RINGVISOR_SIM_SEED=N` (with `RINGVISOR_SIM_OPERATIONS`, `RINGVISOR_SIM_DEFECTS` as
+//! `reply,faults,beats`) replays one run through the `replay` test.
+
+use ringvisor_device::sim::{minimise, run, Defect, SimConfig};
+use std::time::{Duration, Instant};
+
+/// Seeds every CI run tries, however little time it is given.
+const MIN_SEEDS: u64 = 64;
+/// Each defect is found within this many seeds from seed 1 (docs/faults.md gives the first seed of each).
+const DEFECT_BOUND: u64 = 100;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn todays_protocol_keeps_every_promise_over_many_seeds() {
+    let budget = Duration::from_secs(env_u64("RINGVISOR_SIM_SECS").unwrap_or(60));
+    let first = env_u64("RINGVISOR_SIM_FIRST_SEED").unwrap_or(1);
+    let started = Instant::now();
+    let mut seed = first;
+    let (mut calls, mut crashes, mut handed_back) = (0, 0, 0);
+    while seed < first + MIN_SEEDS || started.elapsed() < budget {
+        match run(&SimConfig::seed(seed)) {
+            Ok(r) => {
+                calls += r.calls;
+                crashes += r.crashes;
+                handed_back += r.handed_back;
+            }
+            Err(f) => {
+                let short = minimise(&SimConfig::seed(seed)).unwrap_or(f);
+                panic!("the simulator found a defect:\n{short}");
+            }
+        }
+        seed += 1;
+    }
+    println!(
+        "seeds {first}..{seed}: {calls} calls, {crashes} crashes, {handed_back} handed back, in {:?}",
+        started.elapsed()
+    );
+    // the runs exercised what the promises are about
+    assert!(
+        calls > 1000 * (seed - first) / MIN_SEEDS && crashes > 0 && handed_back > 0,
+        "{calls} {crashes} {handed_back}"
+    );
+}
+
+/// The first seed (from 1) with which the simulator finds `defect`, and what it reported.
+fn first_finding(defect: Defect) -> Option<(u64, String)> {
+    (1..=DEFECT_BOUND)
+        .find_map(|seed| run(&SimConfig::seed(seed).with_defect(defect)).err().map(|f| (seed, f.violation)))
+}
+
+#[test]
+fn a_reply_published_before_its_message_was_consumed_is_found() {
+    let (seed, what) = first_finding(Defect::ReplyBeforeConsumed).expect("found within the bound");
+    println!("found with seed {seed}: {what}");
+    assert!(what.contains("not yet consumed"), "{what}");
+}
+
+#[test]
+fn fault_bits_read_before_the_inbox_tail_are_found() {
+    let (seed, what) = first_finding(Defect::FaultsBeforeTail).expect("found within the bound");
+    println!("found with seed {seed}: {what}");
+    assert!(what.contains("stall") || what.contains("crash meant for it was missed"), "{what}");
+}
+
+#[test]
+fn block_0_starving_its_heartbeat_under_a_burst_is_found() {
+    let (seed, what) = first_finding(Defect::KeeperBeatsOnceAStep).expect("found within the bound");
+    println!("found with seed {seed}: {what}");
+    assert!(what.contains("heartbeat stood still"), "{what}");
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let once = run(&SimConfig::seed(11)).expect("seed 11 keeps every promise");
+    let again = run(&SimConfig::seed(11)).expect("seed 11 keeps every promise");
+    assert_eq!(format!("{once:?}"), format!("{again:?}"));
+    assert!(once.points > 1000, "{once:?}");
+    let failing = SimConfig::seed(3).with_defect(Defect::ReplyBeforeConsumed);
+    let (a, b) = (run(&failing).expect_err("seed 3 finds it"), run(&failing).expect_err("again"));
+    assert_eq!((&a.violation, &a.recent), (&b.violation, &b.recent));
+}
+
+#[test]
+fn a_failing_run_is_shortened_to_the_operations_it_needs() {
+    let config = SimConfig::seed(3).with_defect(Defect::ReplyBeforeConsumed);
+    let whole = run(&config).expect_err("seed 3 finds it");
+    let short = minimise(&config).expect("it fails");
+    assert!(short.operations < whole.operations, "{} -> {}", whole.operations, short.operations);
+    assert!(run(&config.clone().operations(short.operations)).is_err(), "the shortened run fails too");
+    if short.operations > 0 {
+        assert!(run(&config.operations(short.operations - 1)).is_ok(), "one operation fewer passes");
+    }
+    assert!(short.to_string().contains(&format!("RINGVISOR_SIM_OPERATIONS={}", short.operations)), "{short}");
+}
+
+#[test]
+fn replay() {
+    let seed = env_u64("RINGVISOR_SIM_SEED").unwrap_or(1);
+    let mut config = SimConfig::seed(seed);
+    config.operations = env_u64("RINGVISOR_SIM_OPERATIONS").map(|n| n as u32);
+    for name in std::env::var("RINGVISOR_SIM_DEFECTS").unwrap_or_default().split(',').filter(|n| !n.is_empty()) {
+        let defect = match name {
+            "reply" => Defect::ReplyBeforeConsumed,
+            "faults" => Defect::FaultsBeforeTail,
+            "beats" => Defect::KeeperBeatsOnceAStep,
+            other => panic!("RINGVISOR_SIM_DEFECTS: {other}? (reply, faults, beats)"),
+        };
+        config = config.with_defect(defect);
+    }
+    match run(&config) {
+        Ok(report) => println!("{report:?}"),
+        Err(f) => panic!("{f}"),
+    }
+}
