@@ -175,12 +175,18 @@ struct rv_sim_copy_args {
  * every other thread, and compiled out of the CUDA build. */
 static thread_local uint32_t rv_sim_defects = 0;
 #define RV_DEFECT(n) (rv_sim_defects & (1u << (n)))
-/* The three (docs/faults.md): an actor published a reply before it moved its inbox head past the message; it read
- * its fault bits before its inbox tail; block 0 carried out every queued command in one step and beat once a
- * step. Only lines that name RV_DEFECT differ (protocol_mirror.rs leaves them out). */
+/* The defects (docs/faults.md). Found by GPUs: an actor published a reply before it moved its inbox head past the
+ * message; it read its fault bits before its inbox tail; block 0 carried out every queued command in one step and
+ * beat once a step. Found by the simulator: an actor read the device's fault word before its inbox tail; it took a
+ * one-shot fault's kind from the step's copy of the bits; it published the error answering a corrupt message
+ * before it moved its inbox head past the message. Only lines that name RV_DEFECT differ, and those that
+ * start `if (RV_DEFECT(` run for the defect alone (protocol_mirror.rs leaves them out). */
 #define RV_DEFECT_REPLY_BEFORE_CONSUMED 0
 #define RV_DEFECT_FAULTS_BEFORE_TAIL 1
 #define RV_DEFECT_KEEPER_BEATS_ONCE_A_STEP 2
+#define RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL 3
+#define RV_DEFECT_ONE_SHOT_KIND_FROM_STEP 4
+#define RV_DEFECT_ERROR_REPLY_BEFORE_CONSUMED 5
 #define RV_SIM_POINT(op, p)                                                                                    \
     do {                                                                                                       \
         if (rv_sim_thread) (void)rv_sim_hook((op), (void *)(p), 0);                                            \

@@ -214,13 +214,17 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     ar->quiet = RV_QUIET_NO;
     ar->seen_host_seq = host_seq;
     ar->seen_device_seq = device_seq;
-    if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 0;
-    /* The inbox tail before the fault bits: the host writes a fault before the messages it sends after it, so
-     * a message seen here is seen with every fault injected before it was sent. Both after host_seq: a message
-     * whose host_seq bump this step saw is below this tail. */
+    /* The inbox tail before the fault words, the device's and the slot's: the host writes a fault before the
+     * messages it sends after it, so a message seen here is seen with every fault injected before it was sent
+     * (the device's word too: the simulator found a message sent into a device stall processed when it was read
+     * first). All after host_seq: a message whose host_seq bump this step saw is below this tail. */
     uint32_t faults = 0;
     if (RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
+    const uint32_t *device_faults = &g->header->device_faults;
+    const uint32_t stops = RV_DEVICE_STALL | RV_DEVICE_HALT; /* an injected device stall or halt: do nothing */
+    if (RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
     uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
+    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
     if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (faults & RV_FAULT_WEDGE) return 0;
@@ -321,15 +325,23 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
          * corrupt (the inbox cell is the host's and is not written). */
         uint32_t fault_seq = 0; /* read only when a one-shot fault is armed (a shared word: PCIe on a GPU) */
-        if (faults & (RV_FAULT_CORRUPT_NEXT | RV_FAULT_CRASH_NEXT)) fault_seq = rv_load_acquire_u32(&cb->fault_seq);
+        if (faults & (RV_FAULT_CORRUPT_NEXT | RV_FAULT_CRASH_NEXT)) {
+            fault_seq = rv_load_acquire_u32(&cb->fault_seq);
+            /* A one-shot fault is due: which one, from the bits the host stored before this sequence number (it
+             * stores the bits first), not from the step's copy, which may be of the fault before (found by the
+             * simulator: a corruption injected after a crash was consumed became a second crash). */
+            if (fault_seq != cb->fault_ack && !RV_DEFECT(RV_DEFECT_ONE_SHOT_KIND_FROM_STEP))
+                faults = rv_load_acquire_u32(&cb->fault_flags);
+        }
         int corrupt = (faults & RV_FAULT_CORRUPT_NEXT) && fault_seq != cb->fault_ack;
         if (corrupt) cb->fault_ack = fault_seq;
         if (corrupt || !rv_envelope_valid(g, msg, slot)) {
             cb->bad_envelopes += 1;
             rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
-            out |= rv_finish_message(&ctx, 1);
             head += 1;
-            rv_consume_inbox(cb, ar, head);
+            if (RV_DEFECT(RV_DEFECT_ERROR_REPLY_BEFORE_CONSUMED)) out |= rv_finish_message(&ctx, 1);
+            rv_consume_inbox(cb, ar, head); /* before the answer, as for every message (found by the simulator) */
+            out |= rv_finish_message(&ctx, 1);
             done += 1;
             continue;
         }

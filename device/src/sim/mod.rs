@@ -39,17 +39,36 @@ pub enum Defect {
     /// Block 0 carried out every queued command in one step and beat once a step: a burst of commands stopped
     /// its heartbeat long enough for a working device to be taken for a lost one (an H100, then an H200).
     KeeperBeatsOnceAStep,
+    /// An actor read the device's fault word before its inbox tail: a message sent into a device stall could be
+    /// processed (found by this simulator, seed 61, 2026-11-26).
+    DeviceFaultsBeforeTail,
+    /// An actor took a due one-shot fault's kind from the bits it read at the start of its step: a corruption
+    /// injected after a consumed crash could crash the actor again (found by this simulator, seed 9).
+    OneShotKindFromStep,
+    /// An actor published the error answering a corrupt message before it moved its inbox head past the message
+    /// (the first defect, in the path for bad envelopes: found by this simulator, seed 165).
+    ErrorReplyBeforeConsumed,
 }
 
 impl Defect {
-    /// All three, in the order the GPUs found them.
-    pub const ALL: [Defect; 3] = [Defect::ReplyBeforeConsumed, Defect::FaultsBeforeTail, Defect::KeeperBeatsOnceAStep];
+    /// All of them: the three a GPU found, then the three this simulator found.
+    pub const ALL: [Defect; 6] = [
+        Defect::ReplyBeforeConsumed,
+        Defect::FaultsBeforeTail,
+        Defect::KeeperBeatsOnceAStep,
+        Defect::DeviceFaultsBeforeTail,
+        Defect::OneShotKindFromStep,
+        Defect::ErrorReplyBeforeConsumed,
+    ];
 
     fn bit(self) -> u32 {
         1 << match self {
             Defect::ReplyBeforeConsumed => 0,
             Defect::FaultsBeforeTail => 1,
             Defect::KeeperBeatsOnceAStep => 2,
+            Defect::DeviceFaultsBeforeTail => 3,
+            Defect::OneShotKindFromStep => 4,
+            Defect::ErrorReplyBeforeConsumed => 5,
         }
     }
 }
@@ -148,10 +167,13 @@ pub(crate) struct Plan {
     pub slots: u32,
     pub slots_per_block: u32,
     pub operations: u32,
-    /// Chance (per mille) that an operation arms a crash rather than calls.
-    pub crash_per_mille: u32,
+    /// How often each kind of operation is drawn (swarm testing: each run leaves some kinds out and leans on
+    /// others, which finds more than one mix for all).
+    pub mix: Mix,
     /// Block 0's heartbeat still this long while it works: the device would be declared lost.
     pub lost_after_ns: u64,
+    /// How long the host pauses when a poll found nothing (simulated).
+    pub poll_pause_ns: u64,
     pub policy: Policy,
 }
 
@@ -165,8 +187,9 @@ impl Plan {
             slots,
             slots_per_block,
             operations: config.operations.unwrap_or(if slots > 8 { 60 } else { 150 + rng.below(150) as u32 }),
-            crash_per_mille: [50, 150, 300][rng.below(3) as usize],
+            mix: Mix::draw(&mut rng),
             lost_after_ns: 500_000,
+            poll_pause_ns: [200, 2_000, 10_000][rng.below(3) as usize],
             policy: Policy {
                 device_shared_ns: [300, 1_000, 2_500][rng.below(3) as usize],
                 host_shared_ns: [20, 60, 150][rng.below(3) as usize],
@@ -178,6 +201,35 @@ impl Plan {
                 buffer: [2, 8, 32][rng.below(3) as usize],
                 point_limit: 3_000_000,
             },
+        }
+    }
+}
+
+/// The weights of the host's operations in one run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mix {
+    pub call: u64,
+    pub burst: u64,
+    pub crash: u64,
+    pub corrupt: u64,
+    pub stall: u64,
+    pub kill: u64,
+    pub drain: u64,
+    pub device_stall: u64,
+}
+
+impl Mix {
+    fn draw(rng: &mut Rng) -> Self {
+        let mut pick = |weights: [u64; 4]| weights[rng.below(4) as usize];
+        Mix {
+            call: 10,
+            burst: pick([2, 6, 12, 12]),
+            crash: pick([0, 2, 6, 20]),
+            corrupt: pick([0, 2, 6, 20]),
+            stall: pick([0, 2, 6, 20]),
+            kill: pick([0, 1, 3, 3]),
+            drain: pick([0, 1, 3, 3]),
+            device_stall: pick([0, 1, 4, 12]),
         }
     }
 }

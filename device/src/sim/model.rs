@@ -1,8 +1,10 @@
 //! The host's side of a simulated run: what `Device` does with the rings, through the real shared-region layer
-//! (`SharedGrid`), reduced to one thread and checked as it goes. It creates every slot at once, then calls,
-//! arms crashes (`CrashNextMessage`, then more calls), restarts what failed with the cutoff the host would give
-//! (its inbox tail: what was sent before the restart is the failed incarnation's, handed back), and polls the
-//! event ring, the outboxes (through the blocks' doorbells) and block 0's heartbeat.
+//! (`SharedGrid`), reduced to one thread and checked as it goes. It creates every slot at once, then calls
+//! (alone and in pipelined bursts), injects faults as the chaos harness does (a crash or a corruption of the next
+//! message into a busy actor, with or without a restart grant; a stall of a slot or of the whole device), kills
+//! and drains, restarts what failed and recreates what ended with the cutoff the host would give (its inbox tail),
+//! and polls the event ring, the outboxes (through the blocks' doorbells) and block 0's heartbeat. Each event and
+//! reply is checked against what the host did (see `sim::run`).
 
 use super::{Plan, SimReport};
 use crate::interleave::{Rng, Scheduler};
@@ -14,10 +16,11 @@ use crate::shared::SharedGrid;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fate {
     Pending,
+    /// Replied to (with the behaviour's reply, or an error for an injected corruption).
     Answered,
     /// The message its incarnation failed on.
     Crashed,
-    /// Sent to an incarnation that failed before it got to it (below the restart's cutoff).
+    /// Left to an incarnation that ended before it got to it.
     HandedBack,
 }
 
@@ -29,8 +32,13 @@ struct Call {
     /// Sent after a `CrashNextMessage` was armed for the incarnation of this generation (which must fail on it
     /// or before it).
     after_crash_of: Option<u32>,
-    /// Sent while the slot's stall of this number was in force (it must not be processed before the stall ends).
+    /// Sent after the `CorruptNextMessage` of this fault sequence number was armed (the incarnation it was armed
+    /// for must answer it, or an earlier message, with the corruption's error first).
+    after_corrupt_of: Option<u32>,
+    /// Sent while the slot's stall of this number was in force (not to be processed before the stall ends).
     during_stall: Option<u32>,
+    /// Sent while the device's stall of this number was in force.
+    during_device_stall: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +48,10 @@ enum Phase {
     Active,
     /// Its incarnation failed; a restart is to be submitted.
     Failed,
+    /// A kill or a drain is in flight.
+    Ending,
+    /// Killed or drained; a create is to be submitted.
+    Ended,
 }
 
 #[derive(Clone, Debug)]
@@ -49,16 +61,18 @@ struct SlotModel {
     tail: u32,
     outbox_head: u32,
     /// The generation a `CrashNextMessage` is armed for.
-    armed: Option<u32>,
+    crash: Option<u32>,
+    /// The generation a `CorruptNextMessage` is armed for, and its fault sequence number.
+    corrupt: Option<(u32, u32)>,
+    /// Whether block 0 may restart the running incarnation in place if it fails (a restart grant).
+    granted: bool,
     fault_seq: u32,
     /// The fault bits the host wrote last.
     fault_flags: u32,
     /// The stall in force, numbered (one after another).
     stall: Option<u32>,
     stalls: u32,
-    /// Where the failed incarnation's messages start: its failed index + 1 (handed back below the cutoff).
-    failed_from: Option<u32>,
-    /// Calls of the current generation answered so far.
+    /// Calls of the current generation answered by the behaviour so far.
     answered_in_generation: u64,
 }
 
@@ -79,6 +93,9 @@ pub(crate) struct Model<'a> {
     doorbells: Vec<u32>,
     heartbeat: u64,
     heartbeat_since_ns: u64,
+    /// The device stall in force, numbered.
+    device_stall: Option<u32>,
+    device_stalls: u32,
     report: SimReport,
 }
 
@@ -88,8 +105,9 @@ type Violation = (String, Vec<String>);
 const SETTLE_NS: u64 = 50_000_000;
 /// Longest a host waits between the calls that keep an actor busy and the crash it then injects (simulated).
 const HOST_THINK_NS: u64 = 40_000;
-/// Simulated time a host with nothing to read pauses between polls.
-const POLL_PAUSE_NS: u64 = 2_000;
+
+/// The built-in `echo` (BUILTIN_BEHAVIOURS).
+const ECHO: u32 = 1;
 
 impl<'a> Model<'a> {
     pub(crate) fn new(
@@ -106,12 +124,13 @@ impl<'a> Model<'a> {
                 generation: 0,
                 tail: 0,
                 outbox_head: 0,
-                armed: None,
+                crash: None,
+                corrupt: None,
+                granted: false,
                 fault_seq: 0,
                 fault_flags: 0,
                 stall: None,
                 stalls: 0,
-                failed_from: None,
                 answered_in_generation: 0,
             })
             .collect();
@@ -131,6 +150,8 @@ impl<'a> Model<'a> {
             doorbells: vec![0; blocks as usize],
             heartbeat: 0,
             heartbeat_since_ns: 0,
+            device_stall: None,
+            device_stalls: 0,
         }
     }
 
@@ -138,48 +159,17 @@ impl<'a> Model<'a> {
         (what, self.sched.recent())
     }
 
-    /// The whole run: every slot created at once, the operations, then the settling.
+    /// The whole run: every slot created at once (a burst of commands), the operations, then the settling.
     pub(crate) fn run(mut self) -> Result<SimReport, Violation> {
         for slot in 0..self.plan.slots {
             self.submit(RV_OP_CREATE, slot, 0)?;
         }
         for _ in 0..self.plan.operations {
             self.check_limit()?;
-            let slot = self.rng.below(u64::from(self.plan.slots)) as u32;
-            match self.rng.below(1000) as u32 {
-                n if n < self.plan.crash_per_mille => {
-                    // as a fault-injection test does it, into an actor that may be busy: calls, a while, the
-                    // crash, then the message that trips it
-                    for _ in 0..self.rng.below(8) {
-                        self.call(slot);
-                    }
-                    let think = self.rng.below(HOST_THINK_NS);
-                    self.sched.sleep(self.me, think);
-                    self.arm_crash(slot);
-                    self.call(slot);
-                }
-                n if n < self.plan.crash_per_mille + 60 => {
-                    // a stall, and messages sent into it; or the end of one
-                    if self.slots[slot as usize].stall.is_some() {
-                        self.end_stall(slot);
-                    } else {
-                        self.stall(slot);
-                        for _ in 0..1 + self.rng.below(3) {
-                            self.call(slot);
-                        }
-                    }
-                }
-                n if n < 450 => self.call(slot),
-                n if n < 700 => {
-                    // a pipelined burst
-                    for _ in 0..2 + self.rng.below(4) {
-                        self.call(slot);
-                    }
-                }
-                _ => {}
-            }
+            self.operation()?;
             self.poll()?;
         }
+        self.end_device_stall();
         for slot in 0..self.plan.slots {
             self.end_stall(slot);
         }
@@ -190,10 +180,98 @@ impl<'a> Model<'a> {
                 return Err(self.violation(self.unsettled()));
             }
             if !self.poll()? {
-                self.sched.sleep(self.me, POLL_PAUSE_NS);
+                self.sched.sleep(self.me, self.plan.poll_pause_ns);
             }
         }
         Ok(self.report)
+    }
+
+    /// One operation, drawn: calls, a burst of them, a crash or corruption injected into a busy actor, a stall
+    /// of the slot or the device, a kill, a drain.
+    fn operation(&mut self) -> Result<(), Violation> {
+        let slot = self.rng.below(u64::from(self.plan.slots)) as u32;
+        let quiet = {
+            let s = &self.slots[slot as usize];
+            s.phase == Phase::Active && s.crash.is_none() && s.corrupt.is_none() && s.stall.is_none()
+        };
+        let m = self.plan.mix;
+        let weights = [m.call, m.burst, m.crash, m.corrupt, m.stall, m.kill, m.drain, m.device_stall];
+        let mut n = self.rng.below(weights.iter().sum());
+        let kind = weights.iter().position(|&w| {
+            let here = n < w;
+            n = n.saturating_sub(w);
+            here
+        });
+        match kind {
+            Some(0) => self.call(slot),
+            Some(1) => {
+                // a pipelined burst
+                for _ in 0..2 + self.rng.below(4) {
+                    self.call(slot);
+                }
+            }
+            Some(2) => {
+                // as a fault-injection test does it, into an actor that may be busy: calls, a while, the crash
+                // (granting block 0 a restart in place, or not), then the message that trips it
+                for _ in 0..self.rng.below(8) {
+                    self.call(slot);
+                }
+                let think = self.rng.below(HOST_THINK_NS);
+                self.wait(think)?;
+                let grant = self.rng.chance(500);
+                self.arm(slot, RV_FAULT_CRASH_NEXT, grant);
+                self.call(slot);
+            }
+            Some(3) => {
+                for _ in 0..self.rng.below(8) {
+                    self.call(slot);
+                }
+                self.arm(slot, RV_FAULT_CORRUPT_NEXT, false);
+                self.call(slot);
+            }
+            Some(4) => {
+                if self.slots[slot as usize].stall.is_some() {
+                    self.end_stall(slot);
+                } else {
+                    self.stall(slot);
+                    for _ in 0..1 + self.rng.below(3) {
+                        self.call(slot);
+                    }
+                }
+            }
+            Some(5) | Some(6) => {
+                // a kill or a drain of a running actor with nothing injected (the host refuses messages from now)
+                if quiet {
+                    let op = if kind == Some(5) { RV_OP_KILL } else { RV_OP_DRAIN };
+                    self.submit(op, slot, self.slots[slot as usize].tail)?;
+                    self.slots[slot as usize].phase = Phase::Ending;
+                }
+            }
+            _ => {
+                if self.device_stall.is_some() {
+                    self.end_device_stall();
+                } else {
+                    self.device_stalls += 1;
+                    self.device_stall = Some(self.device_stalls);
+                    self.grid.write_device_faults(RV_DEVICE_STALL);
+                    for _ in 0..1 + self.rng.below(3) {
+                        self.call(slot);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits `ns` of simulated time, polling as the poller does meanwhile.
+    fn wait(&mut self, ns: u64) -> Result<(), Violation> {
+        let until = self.sched.now_ns(self.me) + ns;
+        while self.sched.now_ns(self.me) < until {
+            if !self.poll()? {
+                self.sched.sleep(self.me, self.plan.poll_pause_ns);
+            }
+        }
+        Ok(())
     }
 
     fn check_limit(&self) -> Result<(), Violation> {
@@ -232,17 +310,16 @@ impl<'a> Model<'a> {
     }
 
     /// Submits a command. The ring has room for one command per slot and more, and a slot has one in flight at
-    /// most (a create, or the restart of a failed incarnation).
+    /// most.
     fn submit(&mut self, op: u32, slot: u32, cutoff: u32) -> Result<(), Violation> {
         if ring::distance(self.grid.command_head(), self.command_tail) >= self.grid.config().command_capacity {
             return Err(self.violation("the command ring is full with one command per slot at most".into()));
         }
-        let echo = 1; // the built-in `echo` (BUILTIN_BEHAVIOURS)
         let cmd = RawCommand {
             op,
             slot,
             expected_generation: self.slots[slot as usize].generation,
-            behaviour: echo,
+            behaviour: ECHO,
             cmd_id: self.next_cmd_id,
             inbox_index: cutoff,
             init_len: 0,
@@ -252,14 +329,18 @@ impl<'a> Model<'a> {
         self.grid.write_command(self.command_tail, &cmd);
         self.command_tail = self.command_tail.wrapping_add(1);
         self.grid.publish_command_tail(self.command_tail);
-        self.slots[slot as usize].phase = Phase::Starting;
+        if op == RV_OP_CREATE || op == RV_OP_RESTART {
+            self.slots[slot as usize].phase = Phase::Starting;
+        }
         Ok(())
     }
 
-    /// Sends a call to `slot` if its inbox has room.
+    /// Sends a call to `slot` if it takes messages and its inbox has room.
     fn call(&mut self, slot: u32) {
         let s = &self.slots[slot as usize];
-        if ring::distance(self.grid.inbox_head(slot), s.tail) >= self.grid.config().inbox_capacity {
+        if matches!(s.phase, Phase::Ending | Phase::Ended)
+            || ring::distance(self.grid.inbox_head(slot), s.tail) >= self.grid.config().inbox_capacity
+        {
             return;
         }
         let correlation = self.calls.len() as u64 + 1;
@@ -276,27 +357,49 @@ impl<'a> Model<'a> {
             hlc: 0,
             payload,
         };
-        let index = s.tail;
-        let (after_crash_of, during_stall) = (s.armed, s.stall);
-        self.grid.write_inbox(slot, index, &env);
+        let call = Call {
+            slot,
+            index: s.tail,
+            fate: Fate::Pending,
+            after_crash_of: s.crash,
+            after_corrupt_of: s.corrupt.map(|(_, seq)| seq),
+            during_stall: s.stall,
+            during_device_stall: self.device_stall,
+        };
+        self.grid.write_inbox(slot, call.index, &env);
         let s = &mut self.slots[slot as usize];
         s.tail = s.tail.wrapping_add(1);
         self.grid.publish_inbox_tail(slot, s.tail);
-        self.calls.push(Call { slot, index, fate: Fate::Pending, after_crash_of, during_stall });
+        self.calls.push(call);
         self.report.calls += 1;
     }
 
-    /// Arms a `CrashNextMessage` for `slot`'s running incarnation (as `Device::inject` writes it).
-    fn arm_crash(&mut self, slot: u32) {
+    fn write_faults(&self, slot: u32) {
+        let s = &self.slots[slot as usize];
+        self.grid.write_faults(slot, s.fault_flags, s.fault_seq);
+    }
+
+    /// Arms a one-shot fault (`CrashNextMessage` or `CorruptNextMessage`, as `Device::inject` writes it) for
+    /// `slot`'s running incarnation, one at a time; a crash with a restart grant if `grant`.
+    fn arm(&mut self, slot: u32, fault: u32, grant: bool) {
         let s = &mut self.slots[slot as usize];
-        if s.phase != Phase::Active || s.armed.is_some() {
+        if s.phase != Phase::Active || s.crash.is_some() || s.corrupt.is_some() {
             return;
         }
+        if grant && !s.granted {
+            s.granted = true;
+            let generation = s.generation;
+            self.grid.write_restart_grant(slot, generation);
+        }
+        let s = &mut self.slots[slot as usize];
         s.fault_seq += 1;
-        s.armed = Some(s.generation);
-        s.fault_flags |= RV_FAULT_CRASH_NEXT;
-        let (flags, seq) = (s.fault_flags, s.fault_seq);
-        self.grid.write_faults(slot, flags, seq);
+        s.fault_flags = (s.fault_flags & !(RV_FAULT_CRASH_NEXT | RV_FAULT_CORRUPT_NEXT)) | fault;
+        if fault == RV_FAULT_CRASH_NEXT {
+            s.crash = Some(s.generation);
+        } else {
+            s.corrupt = Some((s.generation, s.fault_seq));
+        }
+        self.write_faults(slot);
     }
 
     /// Stalls `slot` (as `SlotFault::Stall` does): what is sent from now on waits for the stall's end.
@@ -305,8 +408,7 @@ impl<'a> Model<'a> {
         s.stalls += 1;
         s.stall = Some(s.stalls);
         s.fault_flags |= RV_FAULT_STALL;
-        let (flags, seq) = (s.fault_flags, s.fault_seq);
-        self.grid.write_faults(slot, flags, seq);
+        self.write_faults(slot);
     }
 
     /// Ends `slot`'s stall, if one is in force.
@@ -316,12 +418,19 @@ impl<'a> Model<'a> {
             return;
         }
         s.fault_flags &= !RV_FAULT_STALL;
-        let (flags, seq) = (s.fault_flags, s.fault_seq);
-        self.grid.write_faults(slot, flags, seq);
+        self.write_faults(slot);
     }
 
-    /// Reads what the device published: events, replies (of the blocks whose doorbell rang), the heartbeat.
-    /// Returns whether anything was read.
+    /// Ends the device's stall, if one is in force: block 0 beats again from now on.
+    fn end_device_stall(&mut self) {
+        if self.device_stall.take().is_some() {
+            self.grid.write_device_faults(0);
+            self.heartbeat_since_ns = self.sched.now_ns(self.me);
+        }
+    }
+
+    /// Reads what the device published: events, replies (of the blocks whose doorbell rang), the heartbeat;
+    /// submits the restarts and creates that events call for. Returns whether anything was read.
     fn poll(&mut self) -> Result<bool, Violation> {
         let mut read = false;
         let tail = self.grid.event_tail();
@@ -344,11 +453,14 @@ impl<'a> Model<'a> {
             }
         }
         for slot in 0..self.plan.slots {
-            if self.slots[slot as usize].phase == Phase::Failed {
-                let cutoff = self.slots[slot as usize].tail;
-                self.submit(RV_OP_RESTART, slot, cutoff)?;
-                read = true;
-            }
+            let s = &self.slots[slot as usize];
+            let op = match s.phase {
+                Phase::Failed => RV_OP_RESTART,
+                Phase::Ended => RV_OP_CREATE,
+                _ => continue,
+            };
+            self.submit(op, slot, s.tail)?;
+            read = true;
         }
         self.watch_heartbeat()?;
         Ok(read)
@@ -357,7 +469,7 @@ impl<'a> Model<'a> {
     fn watch_heartbeat(&mut self) -> Result<(), Violation> {
         let (beat, _, _) = self.grid.block0_counters();
         let now = self.sched.now_ns(self.me);
-        if beat != self.heartbeat {
+        if beat != self.heartbeat || self.device_stall.is_some() {
             self.heartbeat = beat;
             self.heartbeat_since_ns = now;
         } else if now - self.heartbeat_since_ns > self.plan.lost_after_ns {
@@ -390,56 +502,95 @@ impl<'a> Model<'a> {
         let Some(call) = correlation.checked_sub(1).and_then(|i| self.calls.get(i as usize)).copied() else {
             return Err(self.violation(format!("slot {slot} replied to correlation {correlation}, which no call had")));
         };
-        if call.slot != slot {
-            return Err(self.violation(format!("call {correlation} to slot {} was answered by slot {slot}", call.slot)));
+        let what = format!("call {correlation} (slot {}, index {})", call.slot, call.index);
+        if call.slot != slot || call.fate != Fate::Pending {
+            return Err(self.violation(format!("{what} was answered by slot {slot} after it was {:?}", call.fate)));
         }
-        if call.fate != Fate::Pending {
-            return Err(self.violation(format!(
-                "call {correlation} (slot {slot}, index {}) was answered after it was {:?}",
-                call.index, call.fate
-            )));
+        let s = self.slots[slot as usize].clone();
+        let generation = reply.generation;
+        if u32::from(reply.kind) == RV_KIND_ERROR {
+            let code = i32::from_le_bytes([reply.payload[0], reply.payload[1], reply.payload[2], reply.payload[3]]);
+            if code != RV_ERR_BAD_ENVELOPE || s.corrupt.map(|(g, _)| g) != Some(generation) {
+                return Err(self.violation(format!(
+                    "{what} was answered with error {code} by generation {generation}, which no fault explains"
+                )));
+            }
+            self.slots[slot as usize].corrupt = None;
+        } else if u32::from(reply.kind) == RV_KIND_REPLY {
+            if call.after_crash_of == Some(generation) {
+                return Err(self.violation(format!(
+                    "{what} was sent after a CrashNextMessage for generation {generation} and answered by that \
+                     generation: the crash meant for it was missed"
+                )));
+            }
+            if call.after_corrupt_of.is_some() && s.corrupt == call.after_corrupt_of.map(|seq| (generation, seq)) {
+                return Err(self.violation(format!(
+                    "{what} was sent after a CorruptNextMessage for generation {generation} and answered normally \
+                     by it before any message was corrupted"
+                )));
+            }
+            if call.during_stall.is_some() && call.during_stall == s.stall {
+                return Err(self.violation(format!("{what} was sent into a stall and answered while it was in force")));
+            }
+            if call.during_device_stall.is_some() && call.during_device_stall == self.device_stall {
+                return Err(self.violation(format!(
+                    "{what} was sent into a stall of the device and answered while it was in force"
+                )));
+            }
+            if generation == s.generation {
+                self.slots[slot as usize].answered_in_generation += 1;
+            }
+            // The count is read beside the generation, not with it: only while no restart can be under way (none
+            // asked for, no crash armed that a granted restart could follow) does it say which incarnation's it is.
+            if generation == s.generation && s.phase == Phase::Active && s.crash.is_none() {
+                let (now_generation, _, processed) = self.grid.activity(slot);
+                let answered = self.slots[slot as usize].answered_in_generation;
+                if now_generation == generation && processed < answered {
+                    return Err(self.violation(format!(
+                        "slot {slot} counted {processed} messages processed after its reply to the {answered}th \
+                         call of generation {generation}"
+                    )));
+                }
+            }
+        } else {
+            return Err(self.violation(format!("{what} was answered with kind {}", reply.kind)));
         }
-        if u32::from(reply.kind) != RV_KIND_REPLY {
-            return Err(self.violation(format!("call {correlation} was answered with kind {}", reply.kind)));
-        }
-        if call.after_crash_of == Some(reply.generation) {
-            return Err(self.violation(format!(
-                "call {correlation} (slot {slot}, index {}) was sent after a CrashNextMessage for generation {} \
-                 and answered by that generation: the crash meant for it was missed",
-                call.index, reply.generation
-            )));
-        }
-        if call.during_stall.is_some() && call.during_stall == self.slots[slot as usize].stall {
-            return Err(self.violation(format!(
-                "call {correlation} (slot {slot}, index {}) was sent into stall {} and answered while that stall \
-                 was still in force",
-                call.index,
-                call.during_stall.unwrap_or_default()
-            )));
-        }
-        // A reply implies its message is consumed and counted.
+        // A reply implies its message is consumed.
         let head = self.grid.inbox_head(slot);
         if !ring::after(head, call.index) {
             return Err(self.violation(format!(
-                "the reply to call {correlation} (slot {slot}, index {}) was read while the inbox head was still \
-                 {head}: its message not yet consumed",
-                call.index
+                "the reply (kind {}) to {what} was read while the inbox head was still {head}: its message not \
+                 yet consumed",
+                reply.kind
             )));
-        }
-        let s = &mut self.slots[slot as usize];
-        if reply.generation == s.generation {
-            s.answered_in_generation += 1;
-            let (generation, _, processed) = self.grid.activity(slot);
-            let answered = self.slots[slot as usize].answered_in_generation;
-            if generation == reply.generation && processed < answered {
-                return Err(self.violation(format!(
-                    "slot {slot} counted {processed} messages processed after its reply to the {answered}th call \
-                     of generation {generation}"
-                )));
-            }
         }
         self.calls[correlation as usize - 1].fate = Fate::Answered;
         self.report.answered += 1;
+        Ok(())
+    }
+
+    /// Marks the calls to `slot` in `[from, to)` handed back (those not crashed on): each must still be pending.
+    fn hand_back(&mut self, slot: u32, from: u32, to: u32) -> Result<(), Violation> {
+        for i in 0..self.calls.len() {
+            let c = self.calls[i];
+            if c.slot != slot || !ring::at_or_after(c.index, from) || !ring::after(to, c.index) {
+                continue;
+            }
+            match c.fate {
+                Fate::Pending => {
+                    self.calls[i].fate = Fate::HandedBack;
+                    self.report.handed_back += 1;
+                }
+                Fate::Answered => {
+                    return Err(self.violation(format!(
+                        "call {} (slot {slot}, index {}) was handed back after it was answered",
+                        i + 1,
+                        c.index
+                    )))
+                }
+                Fate::Crashed | Fate::HandedBack => {}
+            }
+        }
         Ok(())
     }
 
@@ -448,10 +599,12 @@ impl<'a> Model<'a> {
         let Some(mut s) = self.slots.get(slot as usize).cloned() else {
             return Err(self.violation(format!("an event for slot {slot}, which does not exist: {e:?}")));
         };
+        let unexplained =
+            |m: &Self| Err(m.violation(format!("slot {slot} in {:?}: an event not explained: {e:?}", s.phase)));
         match e.kind {
             RV_EVT_CREATED | RV_EVT_RESTARTED => {
                 if s.phase != Phase::Starting {
-                    return Err(self.violation(format!("slot {slot} started with no command in flight: {e:?}")));
+                    return unexplained(self);
                 }
                 if s.generation != 0 && !ring::after(e.generation, s.generation) {
                     return Err(self.violation(format!(
@@ -459,53 +612,45 @@ impl<'a> Model<'a> {
                         s.generation, e.generation
                     )));
                 }
+                // what the previous incarnation left unconsumed below the new one's start is handed back
+                if e.inbox_head != RV_NO_INDEX {
+                    self.hand_back(slot, e.inbox_head, e.inbox_start)?;
+                }
                 s.generation = e.generation;
                 s.phase = Phase::Active;
                 s.answered_in_generation = 0;
-                if let Some(from) = s.failed_from.take() {
-                    // what the failed incarnation left below the cutoff is handed back
-                    let cutoff = e.inbox_start;
-                    for c in self.calls.iter_mut().filter(|c| c.slot == slot) {
-                        if ring::at_or_after(c.index, from) && ring::after(cutoff, c.index) {
-                            if c.fate != Fate::Pending {
-                                let what = format!(
-                                    "a call to slot {slot} at index {} was handed back after it was {:?}",
-                                    c.index, c.fate
-                                );
-                                return Err((what, self.sched.recent()));
-                            }
-                            c.fate = Fate::HandedBack;
-                            self.report.handed_back += 1;
-                        }
-                    }
-                }
+                (s.crash, s.corrupt, s.granted) = (None, None, false); // a new incarnation acknowledges both
             }
             RV_EVT_FAILED => {
-                if s.phase != Phase::Active && s.phase != Phase::Starting {
-                    return Err(self.violation(format!("slot {slot} failed while {:?}: {e:?}", s.phase)));
+                if s.phase != Phase::Active || s.crash != Some(e.generation) {
+                    return unexplained(self);
                 }
-                if s.armed != Some(e.generation) {
-                    return Err(self.violation(format!(
-                        "slot {slot}'s generation {} failed with no crash armed for it: {e:?}",
-                        e.generation
-                    )));
+                let granted = e.op == RV_OP_RESTART;
+                if granted && !s.granted {
+                    return Err(self.violation(format!("slot {slot} was restarted in place with no grant: {e:?}")));
                 }
-                s.armed = None;
-                s.phase = Phase::Failed;
-                s.failed_from = Some(e.failed_index.wrapping_add(1));
+                s.crash = None;
+                s.phase = if granted { Phase::Starting } else { Phase::Failed };
                 self.report.crashes += 1;
-                let Some(c) = self.calls.iter_mut().find(|c| c.slot == slot && c.index == e.failed_index) else {
+                let Some(i) = self.calls.iter().position(|c| c.slot == slot && c.index == e.failed_index) else {
                     return Err(
                         self.violation(format!("slot {slot} failed on index {}, which no call had", e.failed_index))
                     );
                 };
-                if c.fate != Fate::Pending {
-                    let (index, fate) = (c.index, c.fate);
-                    return Err(self.violation(format!("slot {slot} failed on index {index}, a call already {fate:?}")));
+                if self.calls[i].fate != Fate::Pending {
+                    return Err(self.violation(format!(
+                        "slot {slot} failed on index {}, a call already {:?}",
+                        e.failed_index, self.calls[i].fate
+                    )));
                 }
-                c.fate = Fate::Crashed;
+                self.calls[i].fate = Fate::Crashed;
             }
-            _ => return Err(self.violation(format!("an event the host's commands do not explain: {e:?}"))),
+            RV_EVT_DRAINING if s.phase == Phase::Ending => {}
+            RV_EVT_KILLED | RV_EVT_DRAINED if s.phase == Phase::Ending => {
+                self.hand_back(slot, e.inbox_head, s.tail)?;
+                s.phase = Phase::Ended;
+            }
+            _ => return unexplained(self),
         }
         self.slots[slot as usize] = s;
         Ok(())
