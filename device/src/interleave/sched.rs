@@ -7,7 +7,8 @@
 //! read it back with plain loads, always sees it), and is recorded as *pending* with the value it replaced.
 //! Another thread's load of those bytes sees the replaced value until the record is drained. A release store, a
 //! fence or a read-modify-write drains the thread's own records first (its earlier stores become visible before
-//! it). Otherwise a store becomes visible at a moment the generator draws, up to `Policy::max_delay_ns` after
+//! it). Otherwise a store becomes visible at a moment the generator draws, up to `Policy::device_delay_ns` (a
+//! device thread's, posted across PCIe) or `Policy::host_delay_ns` (a host thread's store buffer) after
 //! it was made: a device thread's stores to different addresses in any order (PTX lets relaxed stores become
 //! visible in any order), to the same bytes in order; a host thread's in the order they were made (x86-TSO: a
 //! store buffer is first in, first out). Loads are not reordered, and the local region (device memory no host
@@ -19,7 +20,7 @@
 //! points during one PCIe round trip of a block as it would on a machine, and a seed decides by how much each
 //! thread is late.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 
@@ -93,8 +94,10 @@ pub(crate) struct Policy {
     pub stall_per_mille: u32,
     /// Longest such hold-up, simulated ns.
     pub stall_ns: u64,
-    /// Longest a store stays invisible to the other threads, simulated ns.
-    pub max_delay_ns: u64,
+    /// Longest a device thread's store stays invisible to the other threads, simulated ns.
+    pub device_delay_ns: u64,
+    /// Longest a host thread's store stays invisible to the other threads, simulated ns.
+    pub host_delay_ns: u64,
     /// Most pending stores one thread may hold (a store buffer's size); the oldest becomes visible past it.
     pub buffer: usize,
     /// Points after which the run is stopped as one that does not end.
@@ -106,6 +109,8 @@ struct State {
     /// Each thread's own clock: the thread with the earliest runs next.
     clocks: Vec<u64>,
     done: Vec<bool>,
+    /// Threads that never run again (a device lost between two of its accesses).
+    frozen: Vec<bool>,
     sides: Vec<Side>,
     pending: Vec<Pending>,
     /// When a host thread's last store becomes visible (its stores become visible in order).
@@ -126,6 +131,8 @@ const NOBODY: usize = usize::MAX;
 pub(crate) struct Scheduler {
     state: Mutex<State>,
     turn: AtomicUsize,
+    /// Set once the run is over: the threads left (frozen ones) run freely to their end, unscheduled.
+    free_run: AtomicBool,
     handles: Mutex<Vec<Option<Thread>>>,
     policy: Policy,
     shared: (usize, usize),
@@ -140,6 +147,7 @@ impl Scheduler {
                 rng: Rng::new(seed),
                 clocks: vec![0; threads.len()],
                 done: vec![false; threads.len()],
+                frozen: vec![false; threads.len()],
                 sides: threads.iter().map(|t| t.0).collect(),
                 pending: Vec::new(),
                 last_visible: vec![0; threads.len()],
@@ -148,6 +156,7 @@ impl Scheduler {
                 recent: Default::default(),
             }),
             turn: AtomicUsize::new(NOBODY),
+            free_run: AtomicBool::new(false),
             handles: Mutex::new(vec![None; threads.len()]),
             policy,
             shared,
@@ -216,14 +225,35 @@ impl Scheduler {
     }
 
     fn wait_turn(&self, me: usize) {
-        while self.turn.load(Ordering::Acquire) != me {
+        while self.turn.load(Ordering::Acquire) != me && !self.free_run.load(Ordering::Acquire) {
             std::thread::park();
+        }
+    }
+
+    /// Freezes every thread of `side` where it stands (between two of its accesses): none of them runs again
+    /// while the run lasts. Called by the thread holding the turn.
+    pub(crate) fn freeze(&self, side: Side) {
+        let mut st = self.state();
+        for t in 0..st.sides.len() {
+            st.frozen[t] |= st.sides[t] == side;
+        }
+    }
+
+    /// Ends the run for the threads still in it (frozen ones): from now on they run freely, unscheduled, to
+    /// their end (the caller has asked the grid to terminate).
+    pub(crate) fn release_frozen(&self) {
+        if !self.state().frozen.iter().any(|&f| f) {
+            return;
+        }
+        self.free_run.store(true, Ordering::Release);
+        for t in self.handles.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
+            t.unpark();
         }
     }
 
     /// The thread whose clock is earliest (ties broken by the generator); NOBODY when every thread is done.
     fn pick(st: &mut State) -> usize {
-        let live = (0..st.clocks.len()).filter(|&t| !st.done[t]);
+        let live = (0..st.clocks.len()).filter(|&t| !st.done[t] && !st.frozen[t]);
         let Some(earliest) = live.clone().map(|t| st.clocks[t]).min() else { return NOBODY };
         let tied: Vec<usize> = live.filter(|&t| st.clocks[t] == earliest).collect();
         tied[st.rng.below(tied.len() as u64) as usize]
@@ -240,6 +270,9 @@ impl Scheduler {
     /// passes to the thread whose clock is then earliest (returns once `me` holds it again). `what` names the
     /// point for a failure's report.
     pub(crate) fn point(&self, me: usize, what: &'static str, cost: Cost) {
+        if self.free_run.load(Ordering::Acquire) {
+            return;
+        }
         let next = {
             let mut st = self.state();
             st.points += 1;
@@ -270,6 +303,10 @@ impl Scheduler {
 
     /// Thread `me` sleeps `ns` of simulated time (a pause of the device code, a host that waits).
     pub(crate) fn sleep(&self, me: usize, ns: u64) {
+        if self.free_run.load(Ordering::Acquire) {
+            std::thread::yield_now();
+            return;
+        }
         let next = {
             let mut st = self.state();
             st.clocks[me] += ns.max(1);
@@ -364,7 +401,11 @@ impl Scheduler {
             }
             if shared {
                 let addr = dst as usize + at;
-                let mut visible_ns = now + st.rng.below(self.policy.max_delay_ns + 1);
+                let delay = match st.sides[me] {
+                    Side::Device => self.policy.device_delay_ns,
+                    Side::Host => self.policy.host_delay_ns,
+                };
+                let mut visible_ns = now + st.rng.below(delay + 1);
                 visible_ns = match st.sides[me] {
                     // in the order made
                     Side::Host => visible_ns.max(st.last_visible[me]),

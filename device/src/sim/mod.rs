@@ -117,8 +117,12 @@ pub struct SimReport {
     pub answered: u64,
     /// Crashes injected and seen (a `Failed` event each).
     pub crashes: u64,
-    /// Messages handed back (sent to an incarnation that failed first).
+    /// Messages handed back (left to an incarnation that ended, or to a lost device, before it got to them).
     pub handed_back: u64,
+    /// Whether the device was lost (and the run ended with it).
+    pub lost: bool,
+    /// Calls a lost device consumed and never answered (dead letters).
+    pub dead: u64,
     /// Points (turns that could have passed) in the run.
     pub points: u64,
     /// Simulated time the run took, in nanoseconds.
@@ -174,6 +178,8 @@ pub(crate) struct Plan {
     pub lost_after_ns: u64,
     /// How long the host pauses when a poll found nothing (simulated).
     pub poll_pause_ns: u64,
+    /// The operation before which the device is lost (its blocks frozen between two accesses), ending the run.
+    pub lose_at: Option<u32>,
     pub policy: Policy,
 }
 
@@ -183,10 +189,15 @@ impl Plan {
         // mostly small trees (more crashes and calls a run); one run in four a burst of 64 creates
         let slots = [2, 3, 4, 6, 64][rng.below(5) as usize];
         let slots_per_block = if slots > 8 { 16 } else { 1 + rng.below(2) as u32 };
+        let operations = config.operations.unwrap_or(if slots > 8 { 60 } else { 150 + rng.below(150) as u32 });
+        // one run in four loses its device, at an operation drawn from the whole run (so a shortened run still
+        // loses it where the whole one did, or not at all)
+        let lose_at = rng.chance(250).then(|| rng.below(300) as u32);
         Plan {
             slots,
             slots_per_block,
-            operations: config.operations.unwrap_or(if slots > 8 { 60 } else { 150 + rng.below(150) as u32 }),
+            operations,
+            lose_at,
             mix: Mix::draw(&mut rng),
             lost_after_ns: 500_000,
             poll_pause_ns: [200, 2_000, 10_000][rng.below(3) as usize],
@@ -197,7 +208,8 @@ impl Plan {
                 jitter_percent: [10, 50, 90][rng.below(3) as usize],
                 stall_per_mille: [0, 2, 20][rng.below(3) as usize],
                 stall_ns: [5_000, 50_000][rng.below(2) as usize],
-                max_delay_ns: [500, 3_000, 20_000][rng.below(3) as usize],
+                device_delay_ns: [500, 3_000, 20_000][rng.below(3) as usize],
+                host_delay_ns: [50, 200, 1_000][rng.below(3) as usize],
                 buffer: [2, 8, 32][rng.below(3) as usize],
                 point_limit: 3_000_000,
             },
@@ -354,7 +366,12 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
             interleave::enter(&s, host_index);
             // SAFETY: the region outlives the run, and its header was written above.
             let grid = unsafe { SharedGrid::new(shared_ptr as *mut u8) };
-            let outcome = model::Model::new(&grid, &s, host_index, seed, plan, blocks).run();
+            let outcome = model::Model::new(&grid, &s, host_index, seed, plan, blocks).run().map(|mut report| {
+                // as the host's side ends (the blocks then run on until they see the terminate)
+                report.points = s.points();
+                report.simulated_ns = s.elapsed_ns();
+                report
+            });
             grid.request_terminate();
             interleave::leave();
             s.finish(host_index);
@@ -365,7 +382,9 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         std::thread::yield_now();
     }
     sched.start();
-    let outcome = host.join().map_err(|_| fail("the host's model panicked".into(), sched.recent()))?;
+    let outcome = host.join().map_err(|_| fail("the host's model panicked".into(), sched.recent()));
+    sched.release_frozen(); // the blocks of a lost device run to their end (the host asked them to terminate)
+    let outcome = outcome?;
     for h in handles {
         h.join().map_err(|_| fail("a device thread panicked".into(), sched.recent()))?;
     }
@@ -373,8 +392,6 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     match outcome {
         Ok(mut report) => {
             report.seed = config.seed;
-            report.points = sched.points();
-            report.simulated_ns = sched.elapsed_ns();
             Ok(report)
         }
         Err((violation, recent)) => Err(fail(violation, recent)),

@@ -7,7 +7,7 @@
 //! reply is checked against what the host did (see `sim::run`).
 
 use super::{Plan, SimReport};
-use crate::interleave::{Rng, Scheduler};
+use crate::interleave::{Rng, Scheduler, Side};
 use crate::layout::*;
 use crate::ring;
 use crate::shared::SharedGrid;
@@ -22,6 +22,8 @@ enum Fate {
     Crashed,
     /// Left to an incarnation that ended before it got to it.
     HandedBack,
+    /// Consumed by a device that was lost before it answered (a dead letter).
+    Lost,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -164,8 +166,12 @@ impl<'a> Model<'a> {
         for slot in 0..self.plan.slots {
             self.submit(RV_OP_CREATE, slot, 0)?;
         }
-        for _ in 0..self.plan.operations {
+        for n in 0..self.plan.operations {
             self.check_limit()?;
+            if self.plan.lose_at == Some(n) {
+                self.lose_device()?;
+                return Ok(self.report);
+            }
             self.operation()?;
             self.poll()?;
         }
@@ -213,19 +219,13 @@ impl<'a> Model<'a> {
             Some(2) => {
                 // as a fault-injection test does it, into an actor that may be busy: calls, a while, the crash
                 // (granting block 0 a restart in place, or not), then the message that trips it
-                for _ in 0..self.rng.below(8) {
-                    self.call(slot);
-                }
-                let think = self.rng.below(HOST_THINK_NS);
-                self.wait(think)?;
+                self.keep_busy(slot)?;
                 let grant = self.rng.chance(500);
                 self.arm(slot, RV_FAULT_CRASH_NEXT, grant);
                 self.call(slot);
             }
             Some(3) => {
-                for _ in 0..self.rng.below(8) {
-                    self.call(slot);
-                }
+                self.keep_busy(slot)?;
                 self.arm(slot, RV_FAULT_CORRUPT_NEXT, false);
                 self.call(slot);
             }
@@ -233,6 +233,7 @@ impl<'a> Model<'a> {
                 if self.slots[slot as usize].stall.is_some() {
                     self.end_stall(slot);
                 } else {
+                    self.keep_busy(slot)?;
                     self.stall(slot);
                     for _ in 0..1 + self.rng.below(3) {
                         self.call(slot);
@@ -251,6 +252,7 @@ impl<'a> Model<'a> {
                 if self.device_stall.is_some() {
                     self.end_device_stall();
                 } else {
+                    self.keep_busy(slot)?;
                     self.device_stalls += 1;
                     self.device_stall = Some(self.device_stalls);
                     self.grid.write_device_faults(RV_DEVICE_STALL);
@@ -261,6 +263,50 @@ impl<'a> Model<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The device is lost between two of its accesses (every block frozen where it stands). The host must notice
+    /// from block 0's heartbeat alone, within the loss detector's window and its polling, and then do what
+    /// `Device` does: ask the grid to terminate, read what the device did publish, hand back what it had not
+    /// consumed, and fail the calls it consumed and never answered.
+    fn lose_device(&mut self) -> Result<(), Violation> {
+        self.end_device_stall();
+        self.sched.freeze(Side::Device);
+        self.report.lost = true;
+        let frozen_at = self.sched.now_ns(self.me);
+        loop {
+            if self.sched.now_ns(self.me) - frozen_at > 4 * self.plan.lost_after_ns {
+                return Err(self.violation("a lost device was not noticed: block 0's heartbeat still moved".into()));
+            }
+            if !self.poll()? {
+                self.sched.sleep(self.me, self.plan.poll_pause_ns);
+            }
+            if self.heartbeat_stale().is_some() {
+                break;
+            }
+        }
+        self.grid.request_terminate();
+        self.poll()?;
+        for slot in 0..self.plan.slots {
+            let head = self.grid.inbox_head(slot);
+            let tail = self.slots[slot as usize].tail;
+            self.hand_back(slot, head, tail)?;
+        }
+        for c in self.calls.iter_mut().filter(|c| c.fate == Fate::Pending) {
+            c.fate = Fate::Lost;
+            self.report.dead += 1;
+        }
+        Ok(())
+    }
+
+    /// Before a fault: calls that keep `slot`'s actor busy, then a while (polling), so that the fault lands at
+    /// any moment of the actor's steps, as a fault injected into a working system does.
+    fn keep_busy(&mut self, slot: u32) -> Result<(), Violation> {
+        for _ in 0..self.rng.below(8) {
+            self.call(slot);
+        }
+        let think = self.rng.below(HOST_THINK_NS);
+        self.wait(think)
     }
 
     /// Waits `ns` of simulated time, polling as the poller does meanwhile.
@@ -466,21 +512,32 @@ impl<'a> Model<'a> {
         Ok(read)
     }
 
-    fn watch_heartbeat(&mut self) -> Result<(), Violation> {
+    /// How long block 0's heartbeat has stood still, if longer than the loss detector's window (not counting
+    /// a device stall the host injected).
+    fn heartbeat_stale(&mut self) -> Option<u64> {
         let (beat, _, _) = self.grid.block0_counters();
         let now = self.sched.now_ns(self.me);
         if beat != self.heartbeat || self.device_stall.is_some() {
             self.heartbeat = beat;
             self.heartbeat_since_ns = now;
-        } else if now - self.heartbeat_since_ns > self.plan.lost_after_ns {
-            return Err(self.violation(format!(
+        }
+        Some(now - self.heartbeat_since_ns).filter(|&stale| stale > self.plan.lost_after_ns)
+    }
+
+    /// The loss detector, while the device works: it must never fire.
+    fn watch_heartbeat(&mut self) -> Result<(), Violation> {
+        if self.report.lost {
+            return Ok(());
+        }
+        match self.heartbeat_stale() {
+            Some(stale) => Err(self.violation(format!(
                 "block 0's heartbeat stood still for {} us (the loss detector's window is {} us) while block 0 \
                  was working: a working device would be declared lost",
-                (now - self.heartbeat_since_ns) / 1000,
+                stale / 1000,
                 self.plan.lost_after_ns / 1000
-            )));
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn read_outbox(&mut self, slot: u32) -> Result<bool, Violation> {
@@ -588,7 +645,7 @@ impl<'a> Model<'a> {
                         c.index
                     )))
                 }
-                Fate::Crashed | Fate::HandedBack => {}
+                Fate::Crashed | Fate::HandedBack | Fate::Lost => {}
             }
         }
         Ok(())
