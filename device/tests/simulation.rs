@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// Seeds every CI run tries, however little time it is given.
 const MIN_SEEDS: u64 = 64;
 /// Each defect is found within this many seeds from seed 1 (docs/faults.md gives the first seed of each).
-const DEFECT_BOUND: u64 = 300;
+const DEFECT_BOUND: u64 = 500;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -104,7 +104,7 @@ fn an_error_reply_published_before_its_message_was_consumed_is_found() {
 /// For each defect the simulator found in the protocol as it was, the seed with which this simulator finds it
 /// first when it is put back (the regression test of its fix: the same seed keeps every promise with the fix).
 const FINDINGS: &[(Defect, u64)] =
-    &[(Defect::DeviceFaultsBeforeTail, 4), (Defect::OneShotKindFromStep, 5), (Defect::ErrorReplyBeforeConsumed, 139)];
+    &[(Defect::DeviceFaultsBeforeTail, 67), (Defect::OneShotKindFromStep, 6), (Defect::ErrorReplyBeforeConsumed, 9)];
 
 #[test]
 fn the_seeds_that_found_defects_pass_with_their_fixes() {

@@ -178,8 +178,12 @@ pub(crate) struct Plan {
     pub lost_after_ns: u64,
     /// How long the host pauses when a poll found nothing (simulated).
     pub poll_pause_ns: u64,
+    /// Longest the host waits between the calls that keep an actor busy and the fault it then injects.
+    pub think_ns: u64,
     /// The operation before which the device is lost (its blocks frozen between two accesses), ending the run.
     pub lose_at: Option<u32>,
+    /// Print the host's actions and what it reads (`RINGVISOR_SIM_TRACE=1`, for a replay).
+    pub trace: bool,
     pub policy: Policy,
 }
 
@@ -198,9 +202,11 @@ impl Plan {
             slots_per_block,
             operations,
             lose_at,
+            trace: std::env::var_os("RINGVISOR_SIM_TRACE").is_some_and(|v| v == "1"),
             mix: Mix::draw(&mut rng),
             lost_after_ns: 500_000,
             poll_pause_ns: [200, 2_000, 10_000][rng.below(3) as usize],
+            think_ns: [5_000, 15_000, 40_000][rng.below(3) as usize],
             policy: Policy {
                 device_shared_ns: [300, 1_000, 2_500][rng.below(3) as usize],
                 host_shared_ns: [20, 60, 150][rng.below(3) as usize],
@@ -228,6 +234,8 @@ pub(crate) struct Mix {
     pub kill: u64,
     pub drain: u64,
     pub device_stall: u64,
+    /// Calls an actor forwards to another (kernel to kernel).
+    pub forward: u64,
 }
 
 impl Mix {
@@ -242,6 +250,7 @@ impl Mix {
             kill: pick([0, 1, 3, 3]),
             drain: pick([0, 1, 3, 3]),
             device_stall: pick([0, 1, 4, 12]),
+            forward: pick([0, 3, 10, 10]),
         }
     }
 }

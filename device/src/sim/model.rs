@@ -32,6 +32,8 @@ enum Fate {
 struct Call {
     slot: u32,
     index: u32,
+    /// For a call the actor forwards to another slot (kernel to kernel), the slot that answers it.
+    forwarded_to: Option<u32>,
     fate: Fate,
     /// Sent after a `CrashNextMessage` was armed for the incarnation of this generation (which must fail on it
     /// or before it).
@@ -107,11 +109,11 @@ type Violation = (String, Vec<String>);
 
 /// Simulated time the host waits, after its last operation, for every call to be answered or handed back.
 const SETTLE_NS: u64 = 50_000_000;
-/// Longest a host waits between the calls that keep an actor busy and the crash it then injects (simulated).
-const HOST_THINK_NS: u64 = 40_000;
 
-/// The built-in `echo` (BUILTIN_BEHAVIOURS).
-const ECHO: u32 = 1;
+/// The built-in `test` (BUILTIN_BEHAVIOURS) and two of its ops (`kernels/behaviours/test.cu`).
+const TEST: u32 = 4;
+const TEST_ECHO: u32 = 1;
+const TEST_FORWARD: u32 = 4;
 
 impl<'a> Model<'a> {
     pub(crate) fn new(
@@ -159,6 +161,13 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// Prints a line of the host's trace (`Plan::trace`), stamped with the host's simulated clock.
+    fn trace(&self, line: impl FnOnce() -> String) {
+        if self.plan.trace {
+            eprintln!("{:>10} ns  host    {}", self.sched.now_ns(self.me), line());
+        }
+    }
+
     fn violation(&self, what: String) -> Violation {
         (what, self.sched.recent())
     }
@@ -203,7 +212,7 @@ impl<'a> Model<'a> {
             s.phase == Phase::Active && s.crash.is_none() && s.corrupt.is_none() && s.stall.is_none()
         };
         let m = self.plan.mix;
-        let weights = [m.call, m.burst, m.crash, m.corrupt, m.stall, m.kill, m.drain, m.device_stall];
+        let weights = [m.call, m.burst, m.crash, m.corrupt, m.stall, m.kill, m.drain, m.device_stall, m.forward];
         let mut n = self.rng.below(weights.iter().sum());
         let kind = weights.iter().position(|&w| {
             let here = n < w;
@@ -240,6 +249,13 @@ impl<'a> Model<'a> {
                     for _ in 0..1 + self.rng.below(3) {
                         self.call(slot);
                     }
+                }
+            }
+            Some(8) => {
+                // a call forwarded kernel to kernel, or a burst of them, to another slot
+                let to = (slot + 1 + self.rng.below(u64::from(self.plan.slots) - 1) as u32) % self.plan.slots;
+                for _ in 0..1 + self.rng.below(3) {
+                    self.forward(slot, to);
                 }
             }
             Some(5) | Some(6) => {
@@ -307,7 +323,7 @@ impl<'a> Model<'a> {
         for _ in 0..self.rng.below(8) {
             self.call(slot);
         }
-        let think = self.rng.below(HOST_THINK_NS);
+        let think = self.rng.below(self.plan.think_ns);
         self.wait(think)
     }
 
@@ -367,13 +383,14 @@ impl<'a> Model<'a> {
             op,
             slot,
             expected_generation: self.slots[slot as usize].generation,
-            behaviour: ECHO,
+            behaviour: TEST,
             cmd_id: self.next_cmd_id,
             inbox_index: cutoff,
             init_len: 0,
             init: [0; RV_INIT_BYTES as usize],
         };
         self.next_cmd_id += 1;
+        self.trace(|| format!("command {op} for slot {slot} (cutoff {cutoff})"));
         self.grid.write_command(self.command_tail, &cmd);
         self.command_tail = self.command_tail.wrapping_add(1);
         self.grid.publish_command_tail(self.command_tail);
@@ -385,6 +402,17 @@ impl<'a> Model<'a> {
 
     /// Sends a call to `slot` if it takes messages and its inbox has room.
     fn call(&mut self, slot: u32) {
+        self.send_call(slot, None);
+    }
+
+    /// Sends a call to `slot` that its actor forwards to `to` (kernel to kernel), which answers the host.
+    fn forward(&mut self, slot: u32, to: u32) {
+        self.send_call(slot, Some(to));
+    }
+
+    /// Sends a call to `slot` (the built-in `test`: op 1 echoes it; op 4 forwards its rest to another slot,
+    /// which echoes that), if `slot` takes messages and its inbox has room.
+    fn send_call(&mut self, slot: u32, forwarded_to: Option<u32>) {
         let s = &self.slots[slot as usize];
         if matches!(s.phase, Phase::Ending | Phase::Ended)
             || ring::distance(self.grid.inbox_head(slot), s.tail) >= self.grid.config().inbox_capacity
@@ -393,11 +421,26 @@ impl<'a> Model<'a> {
         }
         let correlation = self.calls.len() as u64 + 1;
         let mut payload = [0u8; RV_PAYLOAD_BYTES as usize];
-        payload[..8].copy_from_slice(&correlation.to_le_bytes());
+        let echo = |p: &mut [u8]| {
+            p[..4].copy_from_slice(&TEST_ECHO.to_le_bytes());
+            p[8..16].copy_from_slice(&correlation.to_le_bytes());
+        };
+        let len = match forwarded_to {
+            None => {
+                echo(&mut payload);
+                16
+            }
+            Some(to) => {
+                payload[..4].copy_from_slice(&TEST_FORWARD.to_le_bytes());
+                payload[4..8].copy_from_slice(&to.to_le_bytes());
+                echo(&mut payload[8..]);
+                24
+            }
+        };
         let env = RawEnvelope {
             kind: RV_KIND_USER as u8,
             flags: 0,
-            payload_len: 8,
+            payload_len: len,
             source: RV_HOST_ENDPOINT,
             destination: slot,
             generation: 0,
@@ -408,12 +451,14 @@ impl<'a> Model<'a> {
         let call = Call {
             slot,
             index: s.tail,
+            forwarded_to,
             fate: Fate::Pending,
             after_crash_of: s.crash,
             after_corrupt_of: s.corrupt.map(|(_, seq)| seq),
             during_stall: s.stall,
             during_device_stall: self.device_stall,
         };
+        self.trace(|| format!("call {correlation} to slot {slot} at {} (forwarded to {forwarded_to:?})", call.index));
         self.grid.write_inbox(slot, call.index, &env);
         let s = &mut self.slots[slot as usize];
         s.tail = s.tail.wrapping_add(1);
@@ -424,6 +469,7 @@ impl<'a> Model<'a> {
 
     fn write_faults(&self, slot: u32) {
         let s = &self.slots[slot as usize];
+        self.trace(|| format!("faults of slot {slot}: bits {:#x}, seq {}", s.fault_flags, s.fault_seq));
         self.grid.write_faults(slot, s.fault_flags, s.fault_seq);
     }
 
@@ -482,12 +528,20 @@ impl<'a> Model<'a> {
     fn poll(&mut self) -> Result<bool, Violation> {
         let mut read = false;
         let tail = self.grid.event_tail();
+        let mut evented = Vec::new();
         while self.event_head != tail {
             let event = self.grid.read_event(self.event_head);
+            self.trace(|| format!("event {event:?}"));
             self.event_head = self.event_head.wrapping_add(1);
             self.grid.release_events(self.event_head);
             self.on_event(&event)?;
+            evented.push(event.slot);
             read = true;
+        }
+        // as the poller does: the outbox of each slot an event was about (block 0 may have answered queued
+        // kernel-to-kernel messages there, and it rings no block's doorbell)
+        for slot in evented {
+            self.read_outbox(slot)?;
         }
         for block in 1..self.blocks {
             let bell = self.grid.doorbell(block);
@@ -520,6 +574,7 @@ impl<'a> Model<'a> {
         while self.slots[slot as usize].outbox_head != tail {
             let head = self.slots[slot as usize].outbox_head;
             let reply = self.grid.read_outbox(slot, head);
+            self.trace(|| format!("slot {slot}'s outbox: kind {} for call {}", reply.kind, reply.correlation));
             self.slots[slot as usize].outbox_head = head.wrapping_add(1);
             self.grid.release_outbox(slot, head.wrapping_add(1));
             self.on_reply(slot, &reply)?;

@@ -34,75 +34,99 @@ impl Model<'_> {
         }
     }
 
+    /// A reply or error answer read from `slot`'s outbox.
     pub(super) fn on_reply(&mut self, slot: u32, reply: &RawEnvelope) -> Result<(), Violation> {
         let correlation = reply.correlation;
         let Some(call) = correlation.checked_sub(1).and_then(|i| self.calls.get(i as usize)).copied() else {
             return Err(self.violation(format!("slot {slot} replied to correlation {correlation}, which no call had")));
         };
         let what = format!("call {correlation} (slot {}, index {})", call.slot, call.index);
-        if call.slot != slot || call.fate != Fate::Pending {
+        // a forwarded call is answered by its target (or, with an error, by the slot it was sent to)
+        let from_target = call.forwarded_to == Some(slot);
+        if call.fate != Fate::Pending || (call.slot != slot && !from_target) {
             return Err(self.violation(format!("{what} was answered by slot {slot} after it was {:?}", call.fate)));
         }
-        let s = self.slots[slot as usize].clone();
         let generation = reply.generation;
-        if u32::from(reply.kind) == RV_KIND_ERROR {
-            let code = i32::from_le_bytes([reply.payload[0], reply.payload[1], reply.payload[2], reply.payload[3]]);
-            if code != RV_ERR_BAD_ENVELOPE || s.corrupt.map(|(g, _)| g) != Some(generation) {
-                return Err(self.violation(format!(
-                    "{what} was answered with error {code} by generation {generation}, which no fault explains"
-                )));
-            }
-            self.slots[slot as usize].corrupt = None;
-        } else if u32::from(reply.kind) == RV_KIND_REPLY {
-            if call.after_crash_of == Some(generation) {
-                return Err(self.violation(format!(
-                    "{what} was sent after a CrashNextMessage for generation {generation} and answered by that \
-                     generation: the crash meant for it was missed"
-                )));
-            }
-            if call.after_corrupt_of.is_some() && s.corrupt == call.after_corrupt_of.map(|seq| (generation, seq)) {
-                return Err(self.violation(format!(
-                    "{what} was sent after a CorruptNextMessage for generation {generation} and answered normally \
-                     by it before any message was corrupted"
-                )));
-            }
-            if call.during_stall.is_some() && call.during_stall == s.stall {
-                return Err(self.violation(format!("{what} was sent into a stall and answered while it was in force")));
-            }
-            if call.during_device_stall.is_some() && call.during_device_stall == self.device_stall {
-                return Err(self.violation(format!(
-                    "{what} was sent into a stall of the device and answered while it was in force"
-                )));
-            }
-            if generation == s.generation {
-                self.slots[slot as usize].answered_in_generation += 1;
-            }
-            // The count is read beside the generation, not with it: only while no restart can be under way (none
-            // asked for, no crash armed that a granted restart could follow) does it say which incarnation's it is.
-            if generation == s.generation && s.phase == Phase::Active && s.crash.is_none() {
-                let (now_generation, _, processed) = self.grid.activity(slot);
-                let answered = self.slots[slot as usize].answered_in_generation;
-                if now_generation == generation && processed < answered {
+        let kind = u32::from(reply.kind);
+        let code = i32::from_le_bytes([reply.payload[0], reply.payload[1], reply.payload[2], reply.payload[3]]);
+        match (kind, from_target) {
+            (RV_KIND_ERROR, false) if code == RV_ERR_BAD_ENVELOPE => {
+                if self.slots[slot as usize].corrupt.map(|(g, _)| g) != Some(generation) {
                     return Err(self.violation(format!(
-                        "slot {slot} counted {processed} messages processed after its reply to the {answered}th \
-                         call of generation {generation}"
+                        "{what} was answered with error {code} by generation {generation}, which no fault explains"
                     )));
                 }
+                self.slots[slot as usize].corrupt = None;
             }
-        } else {
-            return Err(self.violation(format!("{what} was answered with kind {}", reply.kind)));
+            // the target was not running when the call was forwarded (an error from the slot called), or was
+            // restarted or ended with the forwarded message still queued (from the target, by block 0)
+            (RV_KIND_ERROR, _) if code == RV_ERR_TARGET_GONE && call.forwarded_to.is_some() => {}
+            (RV_KIND_REPLY, false) if call.forwarded_to.is_none() => self.check_answer(&call, &what, generation)?,
+            (RV_KIND_REPLY, true) => self.check_stalls(&call, &what)?,
+            _ => {
+                return Err(self.violation(format!(
+                    "{what} was answered by slot {slot} with kind {kind} (code {code}), which nothing explains"
+                )))
+            }
         }
-        // A reply implies its message is consumed.
-        let head = self.grid.inbox_head(slot);
+        // A reply implies its message is consumed (a forwarded one: by the slot it was sent to).
+        let head = self.grid.inbox_head(call.slot);
         if !ring::after(head, call.index) {
             return Err(self.violation(format!(
-                "the reply (kind {}) to {what} was read while the inbox head was still {head}: its message not \
-                 yet consumed",
-                reply.kind
+                "the reply (kind {kind}) to {what} was read while the inbox head was still {head}: its message not \
+                 yet consumed"
             )));
         }
         self.calls[correlation as usize - 1].fate = Fate::Answered;
         self.report.answered += 1;
+        Ok(())
+    }
+
+    /// The promises a behaviour's answer to a call keeps, answered by `generation` of the slot called: the faults
+    /// injected before it was sent acted first, and the answer is counted.
+    fn check_answer(&mut self, call: &super::Call, what: &str, generation: u32) -> Result<(), Violation> {
+        let slot = call.slot;
+        let s = self.slots[slot as usize].clone();
+        if call.after_crash_of == Some(generation) {
+            return Err(self.violation(format!(
+                "{what} was sent after a CrashNextMessage for generation {generation} and answered by that \
+                 generation: the crash meant for it was missed"
+            )));
+        }
+        if call.after_corrupt_of.is_some() && s.corrupt == call.after_corrupt_of.map(|seq| (generation, seq)) {
+            return Err(self.violation(format!(
+                "{what} was sent after a CorruptNextMessage for generation {generation} and answered normally by it \
+                 before any message was corrupted"
+            )));
+        }
+        self.check_stalls(call, what)?;
+        if generation == s.generation {
+            self.slots[slot as usize].answered_in_generation += 1;
+        }
+        // The count is read beside the generation, not with it: only while no restart can be under way (none asked
+        // for, no crash armed that a granted restart could follow) does it say which incarnation's it is.
+        if generation == s.generation && s.phase == Phase::Active && s.crash.is_none() {
+            let (now_generation, _, processed) = self.grid.activity(slot);
+            let answered = self.slots[slot as usize].answered_in_generation;
+            if now_generation == generation && processed < answered {
+                return Err(self.violation(format!(
+                    "slot {slot} counted {processed} messages processed after its reply to the {answered}th call of \
+                     generation {generation}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A call sent into a stall (of the slot called, or of the device) is not answered while that stall lasts.
+    fn check_stalls(&self, call: &super::Call, what: &str) -> Result<(), Violation> {
+        if call.during_stall.is_some() && call.during_stall == self.slots[call.slot as usize].stall {
+            return Err(self.violation(format!("{what} was sent into a stall and answered while it was in force")));
+        }
+        if call.during_device_stall.is_some() && call.during_device_stall == self.device_stall {
+            return Err(self
+                .violation(format!("{what} was sent into a stall of the device and answered while it was in force")));
+        }
         Ok(())
     }
 
