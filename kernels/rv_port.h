@@ -256,22 +256,15 @@ RV_FN uint32_t rv_cas_u32(uint32_t *p, uint32_t expected, uint32_t desired) {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return expected;
 }
-RV_FN uint32_t rv_fetch_or_u32(uint32_t *p, uint32_t bits) {
-    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
-    return __atomic_fetch_or(p, bits, __ATOMIC_ACQ_REL);
-}
-RV_FN uint32_t rv_exchange_u32(uint32_t *p, uint32_t v) {
-    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
-    return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
-}
-RV_FN uint32_t rv_fetch_add_u32(uint32_t *p, uint32_t v) {
-    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
-    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
-}
-RV_FN uint32_t rv_fetch_and_u32(uint32_t *p, uint32_t bits) {
-    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
-    return __atomic_fetch_and(p, bits, __ATOMIC_ACQ_REL);
-}
+#define RV_HOST_RMW(name, builtin)                                                                             \
+    RV_FN uint32_t name(uint32_t *p, uint32_t v) {                                                             \
+        RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);                                                         \
+        return builtin(p, v, __ATOMIC_ACQ_REL);                                                                \
+    }
+RV_HOST_RMW(rv_fetch_or_u32, __atomic_fetch_or)
+RV_HOST_RMW(rv_exchange_u32, __atomic_exchange_n)
+RV_HOST_RMW(rv_fetch_add_u32, __atomic_fetch_add)
+RV_HOST_RMW(rv_fetch_and_u32, __atomic_fetch_and)
 #if defined(__SANITIZE_THREAD__)
 #define RV_THREAD_SANITIZER 1
 #elif defined(__has_feature)

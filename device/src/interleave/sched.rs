@@ -242,9 +242,14 @@ impl Scheduler {
     /// Ends the run for the threads still in it (frozen ones): from now on they run freely, unscheduled, to
     /// their end (the caller has asked the grid to terminate).
     pub(crate) fn release_frozen(&self) {
-        if !self.state().frozen.iter().any(|&f| f) {
-            return;
+        if self.state().frozen.iter().any(|&f| f) {
+            self.run_free();
         }
+    }
+
+    /// Ends scheduling for every thread still in the run: they run freely, unscheduled, to their end (after the
+    /// host's side of a run panicked, with the grid asked to terminate).
+    pub(crate) fn run_free(&self) {
         self.free_run.store(true, Ordering::Release);
         for t in self.handles.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
             t.unpark();

@@ -168,8 +168,11 @@ impl std::fmt::Display for SimFailure {
 /// A run's shape, drawn from its seed.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
+    /// Slots of the device (every one created at once).
     pub slots: u32,
+    /// Slots of each actor block.
     pub slots_per_block: u32,
+    /// Host operations after the creates.
     pub operations: u32,
     /// How often each kind of operation is drawn (swarm testing: each run leaves some kinds out and leans on
     /// others, which finds more than one mix for all).
@@ -184,16 +187,20 @@ pub(crate) struct Plan {
     pub lose_at: Option<u32>,
     /// Print the host's actions and what it reads (`RINGVISOR_SIM_TRACE=1`, for a replay).
     pub trace: bool,
+    /// How the scheduler times the run.
     pub policy: Policy,
 }
 
 impl Plan {
     fn draw(config: &SimConfig) -> Self {
         let mut rng = Rng::new(config.seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
-        // mostly small trees (more crashes and calls a run); one run in four a burst of 64 creates
+        // mostly small trees (more crashes and calls a run); one run in five a burst of 64 creates
         let slots = [2, 3, 4, 6, 64][rng.below(5) as usize];
         let slots_per_block = if slots > 8 { 16 } else { 1 + rng.below(2) as u32 };
-        let operations = config.operations.unwrap_or(if slots > 8 { 60 } else { 150 + rng.below(150) as u32 });
+        // drawn whether or not the config sets it, so that the rest of the plan is the same either way (a run
+        // shortened by `minimise` is the same run cut short)
+        let drawn = if slots > 8 { 60 } else { 150 + rng.below(150) as u32 };
+        let operations = config.operations.unwrap_or(drawn);
         // one run in four loses its device, at an operation drawn from the whole run (so a shortened run still
         // loses it where the whole one did, or not at all)
         let lose_at = rng.chance(250).then(|| rng.below(300) as u32);
@@ -298,11 +305,13 @@ pub fn minimise(config: &SimConfig) -> Option<SimFailure> {
 /// Runs one simulation: a device of the seed's shape on simulated threads (block 0, the actor blocks, the host's
 /// model), until the host's operations are done and every message has had its answer or been handed back.
 ///
-/// The promises checked as it runs: every call is answered once or handed back once (crashed on, or left to a
-/// failed incarnation), never both and never neither; a reply is read only after its message is consumed (the
-/// inbox head past it) and counted; a message sent after a `CrashNextMessage` is never answered by the
-/// incarnation the crash was meant for; generations only grow; every event is one the host's commands and faults
-/// explain; block 0's heartbeat never stands still for the loss detector's window while block 0 works.
+/// The promises checked as it runs: every call is answered once, crashed on once or handed back once (left to an
+/// incarnation that ended, or to a lost device), never two of these and never none; a reply is read only after
+/// its message is consumed (the inbox head past it) and counted; nothing sent after a `CrashNextMessage`, a
+/// `CorruptNextMessage` or into a stall (the slot's or the device's) is answered by the incarnation the fault was
+/// meant for before the fault acted; error answers only for corruptions and `TargetGone`; generations only grow;
+/// every event is one the host's commands and faults explain; block 0's heartbeat never stands still for the
+/// loss detector's window while block 0 works, and a lost device is noticed (docs/faults.md).
 pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     let plan = Plan::draw(config);
     let fail = |violation: String, recent: Vec<String>| SimFailure {
@@ -392,12 +401,22 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     }
     sched.start();
     let outcome = host.join().map_err(|_| fail("the host's model panicked".into(), sched.recent()));
-    sched.release_frozen(); // the blocks of a lost device run to their end (the host asked them to terminate)
-    let outcome = outcome?;
-    for h in handles {
-        h.join().map_err(|_| fail("a device thread panicked".into(), sched.recent()))?;
+    if outcome.is_err() {
+        // the blocks wait for a turn nobody will give: ask the grid to terminate (this thread is not simulated)
+        // and let them run to their end
+        // SAFETY: the region outlives the device threads (dropped after they are joined), its header written.
+        unsafe { SharedGrid::new(shared_ptr as *mut u8) }.request_terminate();
+        sched.run_free();
     }
+    sched.release_frozen(); // the blocks of a lost device run to their end (the host asked them to terminate)
+                            // every block joined before the regions are dropped, whatever happened
+    let joined: Vec<bool> = handles.into_iter().map(|h| h.join().is_ok()).collect();
+    let blocks_ended = joined.iter().all(|&ok| ok);
     drop((shared, local, table));
+    let outcome = outcome?;
+    if !blocks_ended {
+        return Err(fail("a device thread panicked".into(), sched.recent()));
+    }
     match outcome {
         Ok(mut report) => {
             report.seed = config.seed;
