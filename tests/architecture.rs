@@ -50,8 +50,8 @@ const CRATES: &[(&str, &str, Layers)] = &[
             &["services"],
             // what the user declares
             &["child", "spec", "validate", "config"],
-            // a GPU child's lifecycle, then OTP's decisions
-            &["gpu"],
+            // a GPU child's lifecycle (and its mirror, for a mirrored one), then OTP's decisions
+            &["gpu", "mirror"],
             &["supervisor"],
         ],
     ),

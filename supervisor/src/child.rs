@@ -85,6 +85,16 @@ pub struct GpuChild {
     failover: bool,
     start_timeout: Duration,
     heartbeat_timeout: Option<Duration>,
+    mirror: Option<MirrorSpec>,
+}
+
+/// How a mirrored GPU child's ractor actor is found: see [`GpuChild::mirrored`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MirrorSpec {
+    /// Registered in ractor's registry under the child's tree name.
+    pub(crate) registered: bool,
+    /// The ractor `pg` groups each incarnation's mirror joins.
+    pub(crate) groups: Vec<String>,
 }
 
 impl fmt::Debug for GpuChild {
@@ -96,6 +106,7 @@ impl fmt::Debug for GpuChild {
             .field("failover", &self.failover)
             .field("start_timeout", &self.start_timeout)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("mirror", &self.mirror)
             .finish()
     }
 }
@@ -111,7 +122,43 @@ impl GpuChild {
             failover: false,
             start_timeout: Duration::from_secs(5),
             heartbeat_timeout: Some(DEFAULT_HEARTBEAT_TIMEOUT),
+            mirror: None,
         }
+    }
+
+    /// Mirrors each incarnation of the child by a ractor actor (the design card's shape; off by default: a
+    /// child then costs a slot binding, not a task and a mailbox). The mirror ([`crate::GpuMessage`]) answers
+    /// `call!`/`cast!` from the device, is the child's [`ChildRef::actor`](crate::ChildRef::actor), and ends
+    /// with its incarnation as an OTP process does: a crash fails it (an actor linked to it sees
+    /// `SupervisionEvent::ActorFailed`), a stop stops it, and the next incarnation has a mirror of its own (a new
+    /// `ActorRef`, as a restarted OTP child has a new pid).
+    pub fn mirrored(mut self, on: bool) -> Self {
+        self.mirror = on.then(|| self.mirror.take().unwrap_or_default());
+        self
+    }
+
+    /// Mirrors the child (see [`GpuChild::mirrored`]) and registers each mirror in ractor's registry under the
+    /// child's tree name (`ractor::registry::where_is`). Names there are global to the process: when another
+    /// actor holds the name, the mirror runs unnamed and a warning is logged.
+    pub fn mirror_registered(mut self) -> Self {
+        self.mirror.get_or_insert_with(MirrorSpec::default).registered = true;
+        self
+    }
+
+    /// Mirrors the child (see [`GpuChild::mirrored`]) and has each mirror join the ractor `pg` group `group`
+    /// (leaving it when its incarnation ends).
+    pub fn mirror_group(mut self, group: impl Into<String>) -> Self {
+        self.mirror.get_or_insert_with(MirrorSpec::default).groups.push(group.into());
+        self
+    }
+
+    /// Whether the child is mirrored by a ractor actor.
+    pub fn is_mirrored(&self) -> bool {
+        self.mirror.is_some()
+    }
+
+    pub(crate) fn mirror(&self) -> Option<&MirrorSpec> {
+        self.mirror.as_ref()
     }
 
     /// The watchdog's bound (default 1 s): a child whose heartbeat has not moved for this long while

@@ -89,12 +89,18 @@ impl GpuActorShared {
     }
 }
 
+/// How an incarnation's mirror hears that its incarnation ended (`crate::mirror`): `Some(reason)` after a
+/// crash (it fails with the reason), `None` after a stop (it stops).
+pub(crate) type MirrorEnd = Box<dyn FnOnce(Option<String>) + Send>;
+
 /// The state every handle of one child shares.
 pub(crate) struct ChildShared {
     pub(crate) id: String,
     pub(crate) name: Option<String>,
     status: StatusCell,
-    actor: Mutex<Option<ActorCell>>,
+    pub(crate) actor: Mutex<Option<ActorCell>>,
+    /// A mirrored GPU child's last mirror, and how to end it while its incarnation runs (`crate::mirror`).
+    pub(crate) mirror: Mutex<(Option<ActorCell>, Option<MirrorEnd>)>,
     pub(crate) gpu_actor: Option<GpuActorShared>,
 }
 
@@ -109,6 +115,7 @@ impl ChildShared {
             name,
             status: StatusCell::new(ChildStatus::Starting),
             actor: Mutex::new(None),
+            mirror: Mutex::new((None, None)),
             gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
                 home: RwLock::new(Home { slots, slot }),
                 generation: AtomicU32::new(0),
@@ -163,9 +170,10 @@ impl ChildShared {
     }
 
     /// Marks the child down: `Restarting` keeps parked messages for the next incarnation; `Stopped` and
-    /// `Gone` turn them into dead letters.
+    /// `Gone` turn them into dead letters. A mirror still running is stopped (a crash has failed it already).
     pub(crate) fn set_down(&self, status: ChildStatus) {
         debug_assert!(status != ChildStatus::Running);
+        self.end_mirror(None);
         *lock(&self.actor) = None;
         match &self.gpu_actor {
             Some(gpu) => {
@@ -228,8 +236,9 @@ impl ChildRef {
         self.shared.status()
     }
 
-    /// The ractor actor of the current incarnation of a host actor or supervisor (`None` while it is down,
-    /// and for a GPU child, which has no host actor: see [`ChildRef::gpu`]).
+    /// The ractor actor of the current incarnation: a host actor's or supervisor's, a mirrored GPU child's
+    /// mirror ([`GpuChild::mirrored`](crate::GpuChild::mirrored)); `None` while it is down, and for a GPU child
+    /// that is not mirrored (see [`ChildRef::gpu`]).
     pub fn actor(&self) -> Option<ActorCell> {
         self.shared.actor()
     }
@@ -270,6 +279,11 @@ impl std::fmt::Debug for GpuActorRef {
 }
 
 impl GpuActorRef {
+    /// The running incarnation's ractor actor (a mirrored child's mirror), if any.
+    pub(crate) fn actor_cell(&self) -> Option<ActorCell> {
+        self.shared.actor()
+    }
+
     fn gpu(&self) -> &GpuActorShared {
         self.shared.gpu_actor.as_ref().expect("a GpuActorRef is only made for GPU children")
     }

@@ -19,6 +19,7 @@ mod error;
 mod gpu;
 mod handle;
 mod intensity;
+mod mirror;
 mod policy;
 mod reason;
 pub mod registry;
@@ -39,6 +40,7 @@ pub use dead_letter::{
 };
 pub use error::{RegistryError, SendError, SupervisorError};
 pub use handle::{ChildRef, GpuActorRef};
+pub use mirror::{GpuMessage, MIRROR_CALL_TIMEOUT};
 pub use policy::{AutoShutdown, Backoff, ChildType, Placement, Restart, Shutdown, Strategy};
 pub use reason::{stop_reason, ExitReason};
 pub use registry::{Registry, RegistryEvent};

@@ -14,6 +14,7 @@ use super::client::{Msg, SupervisorMsg};
 use super::{Outcome, Supervisor, SupervisorArgs, SupervisorState};
 use crate::child::{spawn_error, StartContext};
 use crate::gpu;
+use crate::mirror;
 use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::reason::{stop_reason, ExitReason};
 use crate::spec::{ChildSpec, ChildStart};
@@ -57,9 +58,20 @@ impl SupervisorState {
         };
         let child_type = child.spec.child_type();
         child.granted = false; // a new incarnation has no grant yet (see `refresh_grants`)
+        let mirror = match &child.spec.start {
+            ChildStart::Gpu(g) => g.mirror().cloned(),
+            _ => None,
+        };
         match started {
             Ok(incarnation) => {
                 child.set_run(Run::Running(incarnation), ChildStatus::Running);
+                if let (Some(spec), Some(handle)) = (mirror, child.handle().gpu()) {
+                    let previous = child.shared.last_mirror();
+                    if let Some((cell, end)) = mirror::spawn(handle, Some(child.shared.target()), &spec, previous).await
+                    {
+                        child.shared.set_mirror(cell, end);
+                    }
+                }
                 child.started_at = Some(Instant::now());
                 if let Some(name) = child.spec.name.clone() {
                     let handle = child.handle();
@@ -268,6 +280,8 @@ impl SupervisorState {
     ) -> Outcome {
         let child = &mut self.children[idx];
         child.take_running();
+        // a mirrored GPU child's mirror ends as its incarnation did (a link sees the crash)
+        child.shared.end_mirror((!reason.is_clean()).then(|| reason.to_string()));
         child.granted = false;
         let (id, child_type) = (child.spec.id.clone(), child.spec.child_type());
         if let Some(actor) = &child.shared.gpu_actor {

@@ -1,0 +1,157 @@
+//! The design card's shape (issue 36): a mirrored GPU child is a ractor actor to code written for ractor. A plain
+//! ractor actor links to it, `call!`s it, sees it crash and restart through the supervisor, and finds the new
+//! incarnation's mirror again by name (ractor's registry) and in a `pg` group.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ractor::{call, cast, Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ringvisor::device::DeviceConfig;
+use ringvisor::prelude::*;
+use ringvisor::supervisor::*;
+
+const T: Duration = Duration::from_secs(10);
+const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+/// A `test` actor's echo: op 1, then `tag`.
+fn echo(tag: u64) -> Vec<u8> {
+    let mut v = 1u32.to_le_bytes().to_vec();
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&tag.to_le_bytes());
+    v
+}
+
+async fn runtime(children: Vec<ChildSpec>) -> Runtime {
+    let mut spec = SupervisorSpec::new(Strategy::OneForOne).intensity(100, Duration::from_secs(5));
+    for c in children {
+        spec = spec.child(c);
+    }
+    let config = DeviceConfig::default().slots(8).inbox_capacity(8).outbox_capacity(16).state_bytes(64);
+    Runtime::start(config, spec).await.expect("runtime starts")
+}
+
+async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A plain ractor actor that records the supervision events of the actors linked to it.
+struct Watcher;
+
+type Seen = Arc<Mutex<Vec<(ractor::ActorId, &'static str)>>>;
+
+impl Actor for Watcher {
+    type Msg = ();
+    type State = Seen;
+    type Arguments = Seen;
+
+    async fn pre_start(&self, _: ActorRef<()>, seen: Seen) -> Result<Seen, ActorProcessingErr> {
+        Ok(seen)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _: ActorRef<()>,
+        event: SupervisionEvent,
+        seen: &mut Seen,
+    ) -> Result<(), ActorProcessingErr> {
+        let what = match &event {
+            SupervisionEvent::ActorFailed(..) => "failed",
+            SupervisionEvent::ActorTerminated(..) => "terminated",
+            _ => return Ok(()),
+        };
+        if let Some(who) = event.actor_cell() {
+            seen.lock().unwrap().push((who.get_id(), what));
+        }
+        Ok(())
+    }
+}
+
+fn named(name: &str) -> Option<ActorCell> {
+    ractor::registry::where_is(name)
+}
+
+fn in_group(group: &str) -> Vec<ractor::ActorId> {
+    ractor::pg::get_members(&group.to_string()).iter().map(ActorCell::get_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and_finds_it_again() {
+    let child = GpuChild::new("test").init(POISON.to_le_bytes()).mirror_registered().mirror_group("mirror-test/echoes");
+    let rt = runtime(vec![ChildSpec::gpu("e", child).name("mirror-test/e")]).await;
+    let gpu = rt.gpu("mirror-test/e").expect("the child is registered");
+    let first = eventually("the first mirror", || gpu.mirror()).await;
+    assert_eq!(rt.root().which_children().await.unwrap()[0].child.actor().map(|a| a.get_id()), Some(first.get_id()));
+    assert_eq!(named("mirror-test/e").map(|c| c.get_id()), Some(first.get_id()), "registered under its tree name");
+    assert_eq!(in_group("mirror-test/echoes"), vec![first.get_id()]);
+
+    let seen = Seen::default();
+    let (watcher, _) = Actor::spawn(None, Watcher, seen.clone()).await.unwrap();
+    first.get_cell().link(watcher.get_cell());
+
+    // call! and cast! as to any ractor actor, answered from the device
+    let answer = call!(first, GpuMessage::Call, echo(7)).expect("the mirror answers").expect("the device answers");
+    assert_eq!(answer, echo(7));
+    cast!(first, GpuMessage::Cast(echo(8))).unwrap();
+    let state = call!(first, GpuMessage::State).unwrap().expect("a state read");
+    assert_eq!(state.len(), 64);
+
+    // a crash fails the mirror (the linked actor sees it) and the supervisor restarts the child with a new one
+    gpu.send(&POISON.to_le_bytes()).unwrap();
+    let failed = eventually("the linked actor sees the crash", || {
+        seen.lock().unwrap().iter().find(|(id, _)| *id == first.get_id()).map(|(_, what)| *what)
+    })
+    .await;
+    assert_eq!(failed, "failed");
+    let second =
+        eventually("the next incarnation's mirror", || gpu.mirror().filter(|m| m.get_id() != first.get_id())).await;
+    let by_name = eventually("its name in ractor's registry", || {
+        named("mirror-test/e").filter(|c| c.get_id() == second.get_id())
+    })
+    .await;
+    assert_eq!(in_group("mirror-test/echoes"), vec![second.get_id()], "the group holds the new one only");
+    let again = call!(ActorRef::<GpuMessage>::from(by_name), GpuMessage::Call, echo(9)).unwrap().unwrap();
+    assert_eq!(again, echo(9));
+
+    // a stop stops the mirror (no failure)
+    second.get_cell().link(watcher.get_cell());
+    rt.shutdown().await;
+    let ended = eventually("the stop", || {
+        seen.lock().unwrap().iter().find(|(id, _)| *id == second.get_id()).map(|(_, what)| *what)
+    })
+    .await;
+    assert_eq!(ended, "terminated");
+    assert!(named("mirror-test/e").is_none(), "the name is released with the mirror");
+    watcher.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_child_is_not_mirrored_unless_asked() {
+    let rt = runtime(vec![ChildSpec::gpu("plain", GpuChild::new("echo")).name("mirror-test/plain")]).await;
+    let gpu = rt.gpu("mirror-test/plain").unwrap();
+    assert!(gpu.call(b"hi", T).await.is_ok());
+    assert!(gpu.mirror().is_none());
+    assert!(rt.root().which_children().await.unwrap()[0].child.actor().is_none());
+    assert!(named("mirror-test/plain").is_none());
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_whose_name_is_taken_runs_unnamed() {
+    let (holder, _) = Actor::spawn(Some("mirror-test/taken".to_string()), Watcher, Seen::default()).await.unwrap();
+    let child = GpuChild::new("echo").mirror_registered();
+    let rt = runtime(vec![ChildSpec::gpu("t", child).name("mirror-test/taken")]).await;
+    let gpu = rt.gpu("mirror-test/taken").unwrap();
+    let mirror = eventually("the mirror", || gpu.mirror()).await;
+    assert_eq!(named("mirror-test/taken").map(|c| c.get_id()), Some(holder.get_id()), "the name stays its holder's");
+    let answer = call!(mirror, GpuMessage::Call, b"still answers".to_vec()).unwrap().unwrap();
+    assert_eq!(answer, b"still answers");
+    rt.shutdown().await;
+    holder.stop(None);
+}
