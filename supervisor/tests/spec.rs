@@ -378,3 +378,30 @@ fn a_tree_larger_than_its_devices_is_caught_when_loaded() {
         "[supervisor]\nstrategy = \"simple_one_for_one\"\n[[supervisor.children]]\nid = \"t\"\ngpu = \"echo\"\n";
     assert!(loader().slots(0).load_str(dynamic).is_ok());
 }
+
+#[test]
+fn a_gpu_child_is_mirrored_from_toml() {
+    let text = "[supervisor]\n\
+        [[supervisor.children]]\nid = \"m\"\ngpu = \"echo\"\nmirrored = true\n\
+        [[supervisor.children]]\nid = \"r\"\ngpu = \"echo\"\nmirror_registered = true\nmirror_groups = [\"g1\", \"g2\"]\n\
+        [[supervisor.children]]\nid = \"p\"\ngpu = \"echo\"\n";
+    let spec = loader().load_str(text).expect("valid");
+    let gpu = |i: usize| match &spec.children[i].start {
+        ChildStart::Gpu(g) => g.clone(),
+        _ => panic!("a GPU child"),
+    };
+    assert!(gpu(0).is_mirrored() && gpu(1).is_mirrored() && !gpu(2).is_mirrored());
+    let described = format!("{:?}", gpu(1));
+    assert!(described.contains("registered: true") && described.contains("[\"g1\", \"g2\"]"), "{described}");
+
+    let errs = errors(
+        "[supervisor]\n[[supervisor.children]]\nid = \"a\"\ngpu = \"echo\"\nmirrored = 1\nmirror_groups = \"g\"\n\
+         [[supervisor.children]]\nid = \"b\"\ngpu = \"echo\"\nmirrored = false\nmirror_groups = [\"g\", 3]\n\
+         [[supervisor.children]]\nid = \"c\"\nsupervisor = {}\nmirrored = true\n",
+    );
+    has(&errs, "supervisor.children[0].mirrored: expected a boolean, found an integer");
+    has(&errs, "supervisor.children[0].mirror_groups: expected an array of group names, found a string");
+    has(&errs, "supervisor.children[1].mirror_groups[1]: expected a group name (a string)");
+    has(&errs, "supervisor.children[1].mirrored: false, but `mirror_registered` or `mirror_groups` asks for a mirror");
+    has(&errs, "supervisor.children[2].mirrored: only a GPU child has `mirrored` (this one is `supervisor`)");
+}

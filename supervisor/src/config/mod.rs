@@ -19,6 +19,7 @@
 //! device = 1                    # GPU children: pin to device 1 of the runtime's devices, or
 //!                               # placement = "fewest_in_use" (the default) / "round_robin"
 //! failover = false              # GPU children: on losing its device, restart on another one
+//! mirrored = true               # GPU children: a ractor actor per incarnation (also mirror_registered, mirror_groups)
 //! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
 //!
 //! [[supervisor.children]]       # a template: 50 children, `{i}` = 0 to 49 in their strings
@@ -49,6 +50,7 @@ use crate::validate::{check_capacity, check_tree};
 mod errors;
 mod init_values;
 mod locate;
+mod mirror;
 mod placement;
 mod suggest;
 mod template;
@@ -414,6 +416,9 @@ impl Walker<'_> {
                 "device",
                 "placement",
                 "failover",
+                "mirrored",
+                "mirror_registered",
+                "mirror_groups",
                 "restart",
                 "shutdown",
                 "significant",
@@ -475,7 +480,8 @@ impl Walker<'_> {
                 if let Some(slot) = t.contains_key("slot").then(|| self.integer(t, "slot", path, 0)).flatten() {
                     gpu = gpu.slot(u32::try_from(slot).unwrap_or(u32::MAX));
                 }
-                ChildSpec::gpu(id, self.placement(t, path, gpu))
+                let gpu = self.placement(t, path, gpu);
+                ChildSpec::gpu(id, self.mirror(t, path, gpu))
             }
             "actor" => {
                 let name = self.string(t, "actor", path)?;

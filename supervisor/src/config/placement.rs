@@ -13,7 +13,8 @@ impl Walker<'_> {
         if kind == "gpu" {
             return;
         }
-        for key in ["init", "slot", "device", "placement", "failover"].into_iter().filter(|k| t.contains_key(*k)) {
+        let keys = ["init", "slot", "device", "placement", "failover"].into_iter().chain(super::mirror::MIRROR_KEYS);
+        for key in keys.filter(|k| t.contains_key(*k)) {
             self.err(&format!("{path}.{key}"), format!("only a GPU child has `{key}` (this one is `{kind}`)"));
         }
     }
