@@ -2,7 +2,8 @@
 //! against a baseline measured in the same run. Prints a markdown table and writes it, as JSON, and an SVG
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
-//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry]
+//! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,...]
+//! [--only-registry]
 //! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
@@ -33,6 +34,7 @@ fn main() {
     let mut quick = false;
     let mut out = PathBuf::from("target/bench");
     let mut only_tree: Option<Vec<u32>> = None;
+    let mut only_mirrored: Option<Vec<u32>> = None;
     let mut only_registry = false;
     let mut only_large = false;
     let mut only_wgpu = false;
@@ -50,6 +52,11 @@ fn main() {
                 let sizes = args.next().unwrap_or_else(|| usage("--only-tree needs sizes, e.g. 10000,100000"));
                 let parsed: Result<Vec<u32>, _> = sizes.split(',').map(str::parse).collect();
                 only_tree = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-tree {sizes}: {e}"))));
+            }
+            "--only-mirrored" => {
+                let sizes = args.next().unwrap_or_else(|| usage("--only-mirrored needs sizes, e.g. 1000,100000"));
+                let parsed: Result<Vec<u32>, _> = sizes.split(',').map(str::parse).collect();
+                only_mirrored = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-mirrored {sizes}: {e}"))));
             }
             "--only-registry" => only_registry = true,
             "--only-large" => only_large = true,
@@ -128,6 +135,11 @@ fn main() {
         println!("{}", markdown(&registry_rows(scale.latency_samples)));
         return;
     }
+    if let Some(sizes) = only_mirrored {
+        let rows: Vec<Row> = sizes.into_iter().flat_map(mirrored_rows).collect();
+        println!("{}", markdown(&rows));
+        return;
+    }
     if let Some(sizes) = only_tree {
         let mut rows = Vec::new();
         for n in sizes {
@@ -151,7 +163,7 @@ fn main() {
 
 fn usage(msg: &str) -> ! {
     eprintln!(
-        "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-registry] \
+        "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,N,...] [--only-registry] \
          [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] \
          [--only-calls]"
     );
@@ -195,6 +207,26 @@ fn tree_rows(n: u32, calls: usize) -> Vec<Row> {
             tree.first_sample,
             "no supervisor asked; <= 0.5x the first sample, which lists every child",
             |_, _, r| r <= 0.5,
+        ),
+    ]
+}
+
+/// The rows of a tree of `n` mirrored GPU children (a ractor actor each): start against ractor's spawn of as many
+/// actors, heap per child against a plain ractor actor's.
+fn mirrored_rows(n: u32) -> Vec<Row> {
+    eprintln!("supervised tree of {n} mirrored children ...");
+    let tree = mirrored_tree(n, TREE_STARTS);
+    let ractor_mem = spawn_ractor_actors(n.min(10_000)).1;
+    let ractor_per_actor = ractor_mem.median;
+    let scenario = |what: &str| format!("supervised tree of {n} mirrored GPU children: {what}");
+    vec![
+        Row::new(&scenario("start"), tree.start, tree.spawn_baseline, "<= 2x ractor", |_, _, r| r <= 2.0),
+        Row::new(
+            &scenario("host memory per child"),
+            tree.memory,
+            ractor_mem,
+            "<= a plain ractor actor's",
+            move |v, _, _| v.median <= ractor_per_actor,
         ),
     ]
 }

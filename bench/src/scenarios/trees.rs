@@ -74,14 +74,64 @@ pub fn supervised_tree(children: u32, calls: usize, starts: usize) -> TreeCost {
     }
 }
 
-/// The spec of [`supervised_tree`].
-fn fleet(children: u32) -> SupervisorSpec {
+/// The spec of [`supervised_tree`] (and, `mirrored`, of [`mirrored_tree`]).
+fn fleet_of(children: u32, mirrored: bool) -> SupervisorSpec {
     let mut spec = SupervisorSpec::new(Strategy::OneForOne);
     for i in 0..children {
         let id = format!("c{i}");
-        spec = spec.child(ChildSpec::gpu(&id, GpuChild::new("counter")).name(format!("fleet/{id}")));
+        let child = GpuChild::new("counter").mirrored(mirrored);
+        spec = spec.child(ChildSpec::gpu(&id, child).name(format!("fleet/{id}")));
     }
     spec
+}
+
+fn fleet(children: u32) -> SupervisorSpec {
+    fleet_of(children, false)
+}
+
+/// What a tree of mirrored GPU children costs, from [`mirrored_tree`].
+pub struct MirroredCost {
+    /// `Runtime::start` of the tree, each start.
+    pub start: Summary,
+    /// Its baseline: [`ractor_tree`]'s spawns of as many actors, interleaved.
+    pub spawn_baseline: Summary,
+    /// Heap bytes per child beyond the device's regions (the mirror included), first start.
+    pub memory: Summary,
+}
+
+/// One one_for_one supervisor with `children` mirrored `counter` GPU children (a ractor actor each), started and
+/// stopped `starts` times, each time followed by [`ractor_tree`]'s spawn of as many actors.
+pub fn mirrored_tree(children: u32, starts: usize) -> MirroredCost {
+    let (mut ours, mut theirs, mut memory) = (Vec::new(), Vec::new(), 0.0);
+    for i in 0..starts {
+        let (start, per_child) = tokio().block_on(async {
+            let before = crate::heap::live_bytes();
+            let t0 = Instant::now();
+            let r =
+                ringvisor::Runtime::start(compact_device(children), fleet_of(children, true)).await.expect("runtime");
+            let start = elapsed_ns(t0);
+            let per_child = (crate::heap::live_bytes() - before) as f64 / f64::from(children);
+            let mirrors = r.gpu(&format!("fleet/c{}", children / 2)).and_then(|g| g.mirror());
+            assert!(mirrors.is_some(), "a mirrored child has its mirror once the tree has started");
+            r.shutdown().await;
+            (start, per_child)
+        });
+        ours.push(start);
+        if i == 0 {
+            memory = per_child;
+        }
+        theirs.push(ractor_tree(children).0);
+    }
+    let label = |what: &str| format!("ringvisor, {children} mirrored GPU children, {what}");
+    MirroredCost {
+        start: Summary::of(&label("start"), ours, Unit::Nanos),
+        spawn_baseline: Summary::of(
+            &format!("ractor, {children} linked actors under one actor, spawn"),
+            theirs,
+            Unit::Nanos,
+        ),
+        memory: Summary::of(&label("heap per child beyond regions"), vec![memory], Unit::Bytes),
+    }
 }
 
 /// One start and stop of [`fleet`], in nanoseconds.
