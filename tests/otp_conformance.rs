@@ -1,5 +1,6 @@
 //! OTP conformance: each scenario in `tests/otp/` runs on ringvisor's supervisor, with GPU children on the
-//! CPU backend, with GPU children on the WebGPU backend (lavapipe in CI), and with host children, and must
+//! CPU backend (plain, and mirrored by ractor actors), with GPU children on the WebGPU backend (lavapipe in CI),
+//! and with host children, and must
 //! print the trace Erlang/OTP 25's own supervisor printed for it (checked in beside it; regenerate with `tests/otp/regenerate.sh`).
 
 mod support;
@@ -36,6 +37,11 @@ macro_rules! scenarios {
             use super::*;
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() { conforms(stringify!($name), Mode::Gpu).await; })*
+        }
+        mod mirrored {
+            use super::*;
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { conforms(stringify!($name), Mode::Mirrored).await; })*
         }
         mod wgpu {
             use super::*;

@@ -1,7 +1,8 @@
 //! Runs an OTP oracle scenario (`tests/otp/*.scn`) on ringvisor's supervisor and prints the trace in the
 //! oracle's format, for comparison with the trace Erlang/OTP's own supervisor printed (`*.trace`).
 //!
-//! Mapping: every `child` is a GPU actor (behaviour `test`) in [`Mode::Gpu`], a host ractor actor in
+//! Mapping: every `child` is a GPU actor (behaviour `test`) in [`Mode::Gpu`] (mirrored by a ractor actor in
+//! [`Mode::Mirrored`]), a host ractor actor in
 //! [`Mode::Host`]. Crashes of a GPU child are real device events: `abnormal` is a failing message, `normal`
 //! a drain, `kill` a device kill; `shutdown` and `shutdown_tag` are `GpuActorRef::exit` with that reason. A
 //! `hang_on_shutdown` child is always a host actor (a GPU actor cannot ignore a drain; hung GPU actors are
@@ -24,6 +25,8 @@ pub enum Mode {
     Gpu,
     /// GPU children on the WebGPU backend (needs a Vulkan adapter: the caller checks).
     Wgpu,
+    /// GPU children as in `Gpu`, each mirrored by a ractor actor (`GpuChild::mirrored`).
+    Mirrored,
 }
 
 #[derive(Debug)]
@@ -193,7 +196,7 @@ fn child_spec(id: &str, kvs: &HashMap<String, String>, mode: Mode, starts: &Star
             }
             init
         });
-        ChildSpec::gpu(id, gpu)
+        ChildSpec::gpu(id, gpu.mirrored(mode == Mode::Mirrored))
     } else {
         let (starts, kvs2, id2) = (starts.clone(), kvs.clone(), id.to_string());
         ChildSpec::actor(id, move |ctx: StartContext| {
@@ -362,6 +365,10 @@ impl Run {
         match child.gpu() {
             Some(gpu) => {
                 let device = self.device.as_ref().unwrap();
+                if self.mode == Mode::Mirrored {
+                    let mirror = gpu.mirror().expect("a running mirrored child has its mirror");
+                    assert_eq!(child.actor().map(|a| a.get_id()), Some(mirror.get_id()), "the child's actor is it");
+                }
                 match exit {
                     ExitReason::Abnormal(_) => {
                         gpu.send(&fail_msg()).unwrap();
@@ -489,7 +496,7 @@ pub async fn run(scenario: &Scenario, mode: Mode) -> Vec<String> {
     let starts: Starts = Arc::default();
     let (services, device) = match mode {
         Mode::Host => (Services::host_only(), None),
-        Mode::Gpu | Mode::Wgpu => {
+        Mode::Gpu | Mode::Wgpu | Mode::Mirrored => {
             let slots = (count_workers(&scenario.tree) + 8).next_power_of_two();
             // GPU mode on the backend RINGVISOR_BACKEND names (the CPU backend when unset; the real GPU in
             // scripts/gpu-suite.sh)
