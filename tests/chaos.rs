@@ -11,6 +11,10 @@ use ringvisor::faults::InjectedFault;
 use support::chaos::{run, ChaosConfig};
 
 async fn chaos(seed: u64, devices: usize) -> u64 {
+    chaos_with(seed, devices, false).await
+}
+
+async fn chaos_with(seed: u64, devices: usize, mirrored: bool) -> u64 {
     let secs: f64 = std::env::var("RINGVISOR_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let report = run(ChaosConfig {
         seed,
@@ -18,6 +22,7 @@ async fn chaos(seed: u64, devices: usize) -> u64 {
         fault_every: Duration::from_millis(5),
         producers: 4,
         devices,
+        mirrored,
     })
     .await;
     println!("chaos seed {seed}:\n{}", report.table());
@@ -75,4 +80,12 @@ async fn chaos_seeds() {
 async fn chaos_on_two_devices() {
     let seed = std::env::var("RINGVISOR_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
     chaos(seed, 2).await;
+}
+
+/// The same chaos with every GPU child mirrored by a ractor actor (a mirror spawned with each incarnation and
+/// failed or stopped with it), with the same invariants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_with_mirrored_children() {
+    let seed = std::env::var("RINGVISOR_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    chaos_with(seed, 1, true).await;
 }

@@ -23,6 +23,8 @@ pub struct ChaosConfig {
     /// Devices the tree runs on (256 slots shared among them). With one, losing it restarts the whole tree;
     /// with several, the last one is lost and only its children restart (on its replacement).
     pub devices: usize,
+    /// Every GPU child mirrored by a ractor actor (`GpuChild::mirrored`).
+    pub mirrored: bool,
 }
 
 /// What happened.
@@ -108,10 +110,12 @@ impl ChaosReport {
 /// be classified as answered or dead-lettered).
 const T: Duration = Duration::from_secs(30);
 
-fn tree() -> SupervisorSpec {
+fn tree(mirrored: bool) -> SupervisorSpec {
     let sup = |strategy| SupervisorSpec::new(strategy).intensity(10_000, Duration::from_secs(1));
     // A short watchdog bound, so hangs injected near the end are caught soon after.
-    let watched = |behaviour: &str| GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200)));
+    let watched = |behaviour: &str| {
+        GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200))).mirrored(mirrored)
+    };
     // A short shutdown bound too: a group restart stops hung siblings, and a hung actor never drains.
     let gpu = |id: String, behaviour: &str, group: &str| {
         ChildSpec::gpu(id.clone(), watched(behaviour))
@@ -216,7 +220,7 @@ pub async fn run(cfg: ChaosConfig) -> ChaosReport {
         .root_id("chaos")
         .quarantine_limit(24)
         .device_restarts(1_000, Duration::from_secs(1))
-        .start(tree())
+        .start(tree(cfg.mirrored))
         .await
         .expect("tree starts");
     let pool = SupervisorRef::from_child(&rt.registry().lookup("chaos/pool").expect("pool")).expect("pool sup");
