@@ -73,6 +73,8 @@ pub struct SupervisorState {
     stopping: bool,
     /// Where the notices of this supervisor's GPU children go: its own mailbox.
     notices: NoticeSink,
+    /// During a group start: the children whose mirrors are spawned together once the group has started.
+    deferred_mirrors: Option<Vec<usize>>,
 }
 
 /// What a restart decided.
@@ -130,6 +132,7 @@ impl Actor for Supervisor {
             exit_reason: ExitReason::Shutdown,
             stopping: false,
             notices,
+            deferred_mirrors: None,
         };
         if spec.strategy == Strategy::SimpleOneForOne {
             state.template = spec.children.into_iter().next();

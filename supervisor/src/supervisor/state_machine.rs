@@ -58,21 +58,18 @@ impl SupervisorState {
         };
         let child_type = child.spec.child_type();
         child.granted = false; // a new incarnation has no grant yet (see `refresh_grants`)
-        let mirror = match &child.spec.start {
-            ChildStart::Gpu(g) => g.mirror().cloned(),
-            _ => None,
-        };
+        let mirrored = matches!(&child.spec.start, ChildStart::Gpu(g) if g.is_mirrored());
         match started {
             Ok(incarnation) => {
                 child.set_run(Run::Running(incarnation), ChildStatus::Running);
-                if let (Some(spec), Some(handle)) = (mirror, child.handle().gpu()) {
-                    let previous = child.shared.last_mirror();
-                    if let Some((cell, end)) = mirror::spawn(handle, Some(child.shared.target()), &spec, previous).await
-                    {
-                        child.shared.set_mirror(cell, end);
+                child.started_at = Some(Instant::now());
+                if mirrored {
+                    match self.deferred_mirrors.as_mut() {
+                        Some(deferred) => deferred.push(idx),
+                        None => self.spawn_mirrors(vec![idx]).await,
                     }
                 }
-                child.started_at = Some(Instant::now());
+                let child = &mut self.children[idx];
                 if let Some(name) = child.spec.name.clone() {
                     let handle = child.handle();
                     let registry = self.services.registry();
@@ -108,6 +105,18 @@ impl SupervisorState {
     /// the records of the whole run are added (as far as they can be: a child that cannot be added is
     /// reported at its turn, as before) and their device commands submitted as one batch.
     pub(super) async fn init_children(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        specs: Vec<ChildSpec>,
+    ) -> Result<(), (String, String)> {
+        self.deferred_mirrors = Some(Vec::new());
+        let started = self.init_children_in_order(myself, specs).await;
+        let deferred = self.deferred_mirrors.take().unwrap_or_default();
+        self.spawn_mirrors(deferred).await;
+        started
+    }
+
+    async fn init_children_in_order(
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
         specs: Vec<ChildSpec>,
@@ -148,6 +157,14 @@ impl SupervisorState {
     /// still ends the sequence: the later children's commands are taken back (what they brought up is
     /// killed) and they do not start.
     pub(super) async fn start_children(&mut self, myself: &ActorRef<SupervisorMsg>, from: usize) -> Result<(), String> {
+        self.deferred_mirrors = Some(Vec::new());
+        let started = self.start_children_in_order(myself, from).await;
+        let deferred = self.deferred_mirrors.take().unwrap_or_default();
+        self.spawn_mirrors(deferred).await;
+        started
+    }
+
+    async fn start_children_in_order(&mut self, myself: &ActorRef<SupervisorMsg>, from: usize) -> Result<(), String> {
         let mut prepared_until = from;
         for idx in from..self.children.len() {
             if idx >= prepared_until {
@@ -160,6 +177,24 @@ impl SupervisorState {
             }
         }
         Ok(())
+    }
+
+    /// Spawns the mirrors of mirrored GPU children `idxs` (each running the incarnation it just started), all at
+    /// once: a group start spawns its mirrors together, after its children started in order.
+    pub(super) async fn spawn_mirrors(&mut self, idxs: Vec<usize>) {
+        let mut spawning = tokio::task::JoinSet::new();
+        for idx in idxs {
+            let child = &self.children[idx];
+            let (ChildStart::Gpu(g), Some(handle)) = (&child.spec.start, child.handle().gpu()) else { continue };
+            let Some(spec) = g.mirror().cloned() else { continue };
+            let (name, previous) = (child.shared.target(), child.shared.last_mirror());
+            spawning.spawn(async move { (idx, mirror::spawn(handle, Some(name), &spec, previous).await) });
+        }
+        while let Some(joined) = spawning.join_next().await {
+            if let Ok((idx, Some((cell, end)))) = joined {
+                self.children[idx].shared.set_mirror(cell, end);
+            }
+        }
     }
 
     /// `do_terminate` / `shutdown`: stops a running child by its shutdown spec and reports the exit.
