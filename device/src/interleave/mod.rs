@@ -30,14 +30,8 @@ fn with_current<R>(f: impl FnOnce(&Scheduler, usize) -> R) -> Option<R> {
 /// # Safety
 /// `ptr` must be a live, aligned field of the shared region.
 pub(crate) unsafe fn load(ptr: *const u8, len: usize) -> u64 {
-    with_current(|s, me| {
-        s.point(me, "load", Cost::Shared);
-        let mut v = 0u64;
-        // SAFETY: the caller's guarantee; `v` has 8 bytes and len <= 8.
-        unsafe { s.read(me, &mut v as *mut u64 as *mut u8, ptr, len) };
-        v
-    })
-    .unwrap_or(0)
+    // SAFETY: the caller's guarantee.
+    with_current(|s, me| unsafe { s.load(me, "load", ptr, len) }).unwrap_or(0)
 }
 
 /// A store of `len` (4 or 8) bytes of `value` by the host's layer on a simulated thread.
@@ -45,11 +39,9 @@ pub(crate) unsafe fn load(ptr: *const u8, len: usize) -> u64 {
 /// # Safety
 /// As for [`load`].
 pub(crate) unsafe fn store(ptr: *mut u8, len: usize, value: u64, release: bool) {
-    with_current(|s, me| {
-        s.point(me, if release { "release" } else { "store" }, Cost::Shared);
-        // SAFETY: the caller's guarantee; `value` has 8 bytes and len <= 8.
-        unsafe { s.write(me, ptr, &value as *const u64 as *const u8, len, release) };
-    });
+    let what = if release { "release" } else { "store" };
+    // SAFETY: the caller's guarantee.
+    with_current(|s, me| unsafe { s.store(me, what, ptr, len, value, release) });
 }
 
 /// A point before a read-modify-write of the host's layer, which the caller then makes (it is never pending).
@@ -100,17 +92,11 @@ extern "C" fn hook(op: u32, p: *mut core::ffi::c_void, value: u64) -> u64 {
     let size = ((op >> 8) & 0xff) as usize;
     let ordered = op & ORDERED != 0;
     with_current(|s, me| match op & 0xff {
-        LOAD => {
-            s.point(me, if ordered { "acquire" } else { "load" }, Cost::Shared);
-            let mut v = 0u64;
-            // SAFETY: the device code passes an aligned field of `size` (4 or 8) bytes.
-            unsafe { s.read(me, &mut v as *mut u64 as *mut u8, p as *const u8, size.min(8)) };
-            v
-        }
+        // SAFETY: the device code passes an aligned field of `size` (4 or 8) bytes.
+        LOAD => unsafe { s.load(me, if ordered { "acquire" } else { "load" }, p as *const u8, size) },
         STORE => {
-            s.point(me, if ordered { "release" } else { "store" }, Cost::Shared);
             // SAFETY: as for LOAD.
-            unsafe { s.write(me, p as *mut u8, &value as *const u64 as *const u8, size.min(8), ordered) };
+            unsafe { s.store(me, if ordered { "release" } else { "store" }, p as *mut u8, size, value, ordered) };
             0
         }
         FENCE => {

@@ -352,6 +352,38 @@ impl Scheduler {
         Self::drain_own(&mut self.state(), me);
     }
 
+    /// A load of one field of `len` (at most 8) bytes at `src` by thread `me`: a point named `what`, then the value
+    /// as `me` may see it.
+    ///
+    /// # Safety
+    /// `src` must be a live, aligned field of `len` bytes, written only by the thread holding the turn.
+    pub(crate) unsafe fn load(&self, me: usize, what: &'static str, src: *const u8, len: usize) -> u64 {
+        self.point(me, what, Cost::Shared);
+        let mut v = 0u64;
+        // SAFETY: the caller's guarantee; `v` has 8 bytes and len is at most 8.
+        unsafe { self.read(me, &mut v as *mut u64 as *mut u8, src, len.min(8)) };
+        v
+    }
+
+    /// A store of `value` into one field of `len` (at most 8) bytes at `dst` by thread `me`: a point named `what`,
+    /// then the store ([`Self::write`]).
+    ///
+    /// # Safety
+    /// As for [`Self::load`].
+    pub(crate) unsafe fn store(
+        &self,
+        me: usize,
+        what: &'static str,
+        dst: *mut u8,
+        len: usize,
+        value: u64,
+        release: bool,
+    ) {
+        self.point(me, what, Cost::Shared);
+        // SAFETY: the caller's guarantee; `value` has 8 bytes and len is at most 8.
+        unsafe { self.write(me, dst, &value as *const u64 as *const u8, len.min(8), release) };
+    }
+
     /// Reads `len` bytes at `src` into `dst` as thread `me` may see them: memory, with the bytes of other
     /// threads' pending stores replaced by what they held before.
     ///
