@@ -177,8 +177,6 @@ pub(crate) struct Plan {
     /// How often each kind of operation is drawn (swarm testing: each run leaves some kinds out and leans on
     /// others, which finds more than one mix for all).
     pub mix: Mix,
-    /// Block 0's heartbeat still this long while it works: the device would be declared lost.
-    pub lost_after_ns: u64,
     /// How long the host pauses when a poll found nothing (simulated).
     pub poll_pause_ns: u64,
     /// Longest the host waits between the calls that keep an actor busy and the fault it then injects.
@@ -211,7 +209,6 @@ impl Plan {
             lose_at,
             trace: std::env::var_os("RINGVISOR_SIM_TRACE").is_some_and(|v| v == "1"),
             mix: Mix::draw(&mut rng),
-            lost_after_ns: 500_000,
             poll_pause_ns: [200, 2_000, 10_000][rng.below(3) as usize],
             think_ns: [5_000, 15_000, 40_000][rng.below(3) as usize],
             policy: Policy {
@@ -275,6 +272,9 @@ fn params(slots: u32) -> RawGridParams {
         bulk_bytes: 0,
     }
 }
+
+/// Block 0's heartbeat still this long (simulated) while it works: the device would be declared lost.
+pub(crate) const LOST_AFTER_NS: u64 = 500_000;
 
 /// Most messages a step of one actor takes.
 const BUDGET: u32 = 4;

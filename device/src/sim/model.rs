@@ -6,7 +6,7 @@
 //! and polls the event ring, the outboxes (through the blocks' doorbells) and block 0's heartbeat. Each event and
 //! reply is checked against what the host did (see `sim::run`).
 
-use super::{Plan, SimReport};
+use super::{Plan, SimReport, LOST_AFTER_NS};
 use crate::interleave::{Rng, Scheduler, Side};
 use crate::layout::*;
 use crate::ring;
@@ -293,7 +293,7 @@ impl<'a> Model<'a> {
         self.report.lost = true;
         let frozen_at = self.sched.now_ns(self.me);
         loop {
-            if self.sched.now_ns(self.me) - frozen_at > 4 * self.plan.lost_after_ns {
+            if self.sched.now_ns(self.me) - frozen_at > 4 * LOST_AFTER_NS {
                 return Err(self.violation("a lost device was not noticed: block 0's heartbeat still moved".into()));
             }
             if !self.poll()? {

@@ -4,6 +4,7 @@
 use super::{Fate, Model, Phase, Violation};
 use crate::layout::*;
 use crate::ring;
+use crate::sim::LOST_AFTER_NS;
 
 impl Model<'_> {
     /// How long block 0's heartbeat has stood still, if longer than the loss detector's window (not counting
@@ -15,7 +16,7 @@ impl Model<'_> {
             self.heartbeat = beat;
             self.heartbeat_since_ns = now;
         }
-        Some(now - self.heartbeat_since_ns).filter(|&stale| stale > self.plan.lost_after_ns)
+        Some(now - self.heartbeat_since_ns).filter(|&stale| stale > LOST_AFTER_NS)
     }
 
     /// The loss detector, while the device works: it must never fire.
@@ -28,7 +29,7 @@ impl Model<'_> {
                 "block 0's heartbeat stood still for {} us (the loss detector's window is {} us) while block 0 \
                  was working: a working device would be declared lost",
                 stale / 1000,
-                self.plan.lost_after_ns / 1000
+                LOST_AFTER_NS / 1000
             ))),
             None => Ok(()),
         }
