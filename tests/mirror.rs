@@ -2,8 +2,10 @@
 //! ractor actor links to it, `call!`s it, sees it crash and restart through the supervisor, and finds the new
 //! incarnation's mirror again by name (ractor's registry) and in a `pg` group.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ractor::{call, cast, Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use ringvisor::device::DeviceConfig;
@@ -30,15 +32,9 @@ async fn runtime(children: Vec<ChildSpec>) -> Runtime {
     Runtime::start(config, spec).await.expect("runtime starts")
 }
 
-async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// Waits (up to `T`) until `f` gives a value.
+async fn eventually<V>(what: &str, f: impl FnMut() -> Option<V>) -> V {
+    support::eventually_some(what, T, f).await
 }
 
 /// A plain ractor actor that records the supervision events of the actors linked to it.

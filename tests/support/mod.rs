@@ -20,8 +20,18 @@ pub fn wgpu_or_skip() -> bool {
 /// Waits until `f` holds, looking every 2 ms; fails the test, naming `what`, past `within`.
 #[allow(dead_code)]
 pub async fn eventually(what: &str, within: std::time::Duration, mut f: impl FnMut() -> bool) {
+    eventually_some(what, within, || f().then_some(())).await
+}
+
+/// Waits until `f` gives a value, looking every 2 ms, and returns it; fails the test, naming `what`, past
+/// `within`.
+#[allow(dead_code)]
+pub async fn eventually_some<T>(what: &str, within: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + within;
-    while !f() {
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
         assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
