@@ -230,9 +230,16 @@ fn event_line(e: &SlotEvent) -> String {
     let ev = &e.event;
     let undelivered: Vec<String> =
         e.undelivered.iter().map(|u| format!("{}:{:?}:{:?}", u.generation, u.reason, u.envelope.payload())).collect();
+    // A Draining event carries the slot's state when block 0 published it: an actor with nothing left to take may
+    // already have terminated by then (always on WebGPU, where the actor's step runs before block 0 looks again;
+    // sometimes on the CPU). Both are the same outcome; the Drained event that follows says when it ended.
+    let state = match (ev.kind, ev.state) {
+        (EventKind::Draining, SlotState::Terminated) => SlotState::Draining,
+        (_, state) => state,
+    };
     format!(
         "{:?} slot {} gen {} {:?} code {:?} processed {} k2k_dropped {} undelivered {:?}",
-        ev.kind, ev.slot, ev.generation, ev.state, ev.code, ev.messages_processed, ev.k2k_dropped, undelivered
+        ev.kind, ev.slot, ev.generation, state, ev.code, ev.messages_processed, ev.k2k_dropped, undelivered
     )
 }
 
