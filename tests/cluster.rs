@@ -5,89 +5,26 @@
 //! deadline, its names leave the lookups, and come back with the restarted node.
 #![cfg(all(feature = "cluster", feature = "cli"))]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
 use ringvisor::cluster::{Node, NodeConfig, RemoteError, Target};
 use ringvisor::device::DeviceError;
 use ringvisor::prelude::*;
-
-/// Waits until `f` holds, up to `within`.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, within: Duration, mut f: impl FnMut() -> F) {
-    let deadline = Instant::now() + within;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use support::cluster::{eventually_async, free_ports, total, tree_file, NodeProcess};
 
 const COOKIE: &str = "ringvisor-test-cookie";
 const T: Duration = Duration::from_secs(10);
 
-/// `N` distinct ports nobody listens on now (each held until all are picked).
-fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
-}
-
-/// A tree of `counter` actors `fleet/<node>/c0..c2` and `shared/x`, and a `test` actor `probe/<node>`.
-fn tree_file(node: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("ringvisor-cluster-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{node}.toml"));
-    let mut text = String::from("[supervisor]\nstrategy = \"one_for_one\"\n");
-    for i in 0..3 {
-        text += &format!("[[supervisor.children]]\nid = \"c{i}\"\ngpu = \"counter\"\nname = \"fleet/{node}/c{i}\"\n");
-    }
-    text += "[[supervisor.children]]\nid = \"x\"\ngpu = \"counter\"\nname = \"shared/x\"\n";
-    text += &format!("[[supervisor.children]]\nid = \"t\"\ngpu = \"test\"\nname = \"probe/{node}\"\n");
-    std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
-    path
-}
-
-/// A `ringvisor node` process; killed when dropped.
-struct NodeProcess(Child);
-
-impl NodeProcess {
-    /// Starts node `name` on `port` with `cookie`, connected to `peers`; waits for its `ready` line.
-    fn start(name: &str, port: u16, cookie: &str, peers: &[u16]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringvisor"));
-        cmd.env_remove("RUST_LOG").arg("--plain").arg("node").arg(tree_file(name));
-        cmd.args(["--name", name, "--port", &port.to_string(), "--cookie", cookie, "--slots", "16"]);
-        for p in peers {
-            cmd.args(["--connect", &format!("127.0.0.1:{p}")]);
-        }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("ringvisor node");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = lines.next().expect("a line").expect("stdout");
-        assert!(ready.starts_with("ready: node"), "{ready}");
-        // Keep reading its output so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self(child)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Node `name`'s process with the plain (unmirrored) tree.
+fn node_process(name: &str, port: u16, cookie: &str, peers: &[u16]) -> NodeProcess {
+    NodeProcess::start(name, port, cookie, peers, &tree_file(name, false))
 }
 
 /// The entries of a lookup as `name@node`, sorted.
 async fn listed(node: &Node, pattern: &str) -> Vec<String> {
     node.find(pattern).await.unwrap().entries.iter().map(|e| format!("{}@{}", e.name, e.node)).collect()
-}
-
-/// A counter's reply: (total, count).
-fn total(reply: &[u8]) -> (i64, u64) {
-    (i64::from_le_bytes(reply[..8].try_into().unwrap()), u64::from_le_bytes(reply[8..16].try_into().unwrap()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,16 +38,16 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     assert!(Node::start(&rt, NodeConfig::new("a2", spare, COOKIE)).await.is_err(), "one node per process");
 
     // Another cookie: refused, and nothing of it is visible.
-    let _stranger = NodeProcess::start("d", pd, "another-cookie", &[]);
+    let _stranger = node_process("d", pd, "another-cookie", &[]);
     let refused = a.connect(&format!("127.0.0.1:{pd}")).await;
     assert!(matches!(refused, Err(ringvisor::cluster::ClusterError::Refused { .. })), "{refused:?}");
     assert!(a.peers().await.is_empty());
 
     // b, then c connected to b; a connects to b and (transitively) to c.
-    let _b = NodeProcess::start("b", pb, COOKIE, &[]);
-    let mut c = NodeProcess::start("c", pc, COOKIE, &[pb]);
+    let _b = node_process("b", pb, COOKIE, &[]);
+    let mut c = node_process("c", pc, COOKIE, &[pb]);
     assert_eq!(a.connect(&format!("127.0.0.1:{pb}")).await.unwrap(), "b");
-    eventually("a sees b and c", T, || async { a.peers().await == ["b", "c"] }).await;
+    eventually_async("a sees b and c", T, || async { a.peers().await == ["b", "c"] }).await;
 
     let fleet = listed(&a, "fleet/**").await;
     let mut expected = vec!["fleet/a/c0@a".to_string()];
@@ -158,7 +95,7 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     assert_eq!(probe.call(&echo, T).await.unwrap(), echo);
     let failed = probe.call(&[2u32.to_le_bytes(), 0u32.to_le_bytes()].concat(), T).await.unwrap_err();
     assert_eq!(failed.kind(), "undelivered", "{failed:?}");
-    eventually("the restarted probe answers through the same handle", T, || async {
+    eventually_async("the restarted probe answers through the same handle", T, || async {
         probe.call(&echo, Duration::from_secs(1)).await.as_deref() == Ok(&echo[..])
     })
     .await;
@@ -188,7 +125,8 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
             }
         }
     });
-    eventually("calls to c answered", T, || async { answered.load(std::sync::atomic::Ordering::Relaxed) >= 10 }).await;
+    eventually_async("calls to c answered", T, || async { answered.load(std::sync::atomic::Ordering::Relaxed) >= 10 })
+        .await;
     c.kill();
     traffic.await.unwrap();
     let letters = rt.dead_letters().snapshot();
@@ -196,15 +134,15 @@ async fn three_nodes_lookup_call_and_lose_a_node() {
     assert!(letters
         .iter()
         .any(|l| l.reason == DeadLetterReason::NodeLost && l.target.as_deref() == Some("fleet/c/c1@c")));
-    eventually("c's names leave the lookups", T, || async {
+    eventually_async("c's names leave the lookups", T, || async {
         !listed(&a, "fleet/**").await.iter().any(|e| e.ends_with("@c"))
     })
     .await;
     assert_eq!(a.peers().await, ["b"]);
 
     // c comes back (a fresh process, its tree started anew) and its names return.
-    let _c = NodeProcess::start("c", pc, COOKIE, &[pb]);
-    eventually("c's names return", T, || async { listed(&a, "fleet/c/*").await.len() == 3 }).await;
+    let _c = node_process("c", pc, COOKIE, &[pb]);
+    eventually_async("c's names return", T, || async { listed(&a, "fleet/c/*").await.len() == 3 }).await;
     let c1 = a.remote("c", "fleet/c/c1").await.expect("c is back");
     assert_eq!(total(&c1.call(&2i64.to_le_bytes(), T).await.unwrap()), (2, 1));
 

@@ -261,9 +261,22 @@ fn routed_rows(samples: usize) -> Vec<Row> {
 
 fn remote_rows(samples: usize) -> Vec<Row> {
     eprintln!("remote round trip ...");
-    let (ours, theirs) = remote::remote_round_trip(samples / 4);
+    let trips = remote::remote_round_trip(samples / 4);
     let target = "<= 1.5x ractor_cluster's remote call";
-    vec![Row::new("remote round trip over loopback", ours, theirs, target, |_, _, r| r <= 1.5)]
+    let context = |_: &stats::Summary, _: &stats::Summary, _: f64| true;
+    vec![
+        Row::new("remote round trip over loopback", trips.gateway.clone(), trips.plain.clone(), target, |_, _, r| {
+            r <= 1.5
+        }),
+        Row::new(
+            "remote call of a mirrored GPU actor",
+            trips.mirror.clone(),
+            trips.gateway,
+            "(context: the gateway)",
+            context,
+        ),
+        Row::new("remote call of a mirrored GPU actor", trips.mirror, trips.plain, "(context: a plain actor)", context),
+    ]
 }
 
 /// Rows for 4 KiB messages (large messages through the bulk areas).

@@ -5,7 +5,8 @@
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster::RactorClusterMessage;
 
-use super::wire::{encode_names, Answer, Request};
+use super::wire::{encode_names, Request};
+use crate::supervisor::wire::encode_answer;
 use crate::supervisor::{SendError, Services};
 
 /// The process group every node's gateway joins; ractor_cluster keeps its membership in step across the
@@ -74,46 +75,27 @@ impl Actor for Gateway {
                 tokio::spawn(async move {
                     let answer = match Request::decode(&bytes) {
                         Ok(req) => match services.call(&req.name, &req.payload, req.timeout).await {
-                            Ok(r) => match r.payload() {
-                                Ok(payload) => Answer::Ok(payload.to_vec()),
-                                Err(e) => refusal(&SendError::Device(e)),
-                            },
-                            Err(e) => refusal(&e),
+                            Ok(r) => r.payload().map(<[u8]>::to_vec).map_err(SendError::Device),
+                            Err(e) => Err(e),
                         },
-                        Err(why) => Answer::Err { kind: "bad_request".into(), message: why },
+                        Err(why) => Err(bad_request(why)),
                     };
-                    let _ = reply.send(answer.encode());
+                    let _ = reply.send(encode_answer(&answer));
                 });
             }
             GatewayMsg::Send(bytes, reply) => {
                 let answer = match Request::decode(&bytes) {
-                    Ok(req) => match state.services.send(&req.name, &req.payload) {
-                        Ok(()) => Answer::Ok(Vec::new()),
-                        Err(e) => refusal(&e),
-                    },
-                    Err(why) => Answer::Err { kind: "bad_request".into(), message: why },
+                    Ok(req) => state.services.send(&req.name, &req.payload).map(|()| Vec::new()),
+                    Err(why) => Err(bad_request(why)),
                 };
-                let _ = reply.send(answer.encode());
+                let _ = reply.send(encode_answer(&answer));
             }
         }
         Ok(())
     }
 }
 
-/// A local error as the answer a remote caller reads: its kind and its message.
-fn refusal(e: &SendError) -> Answer {
-    Answer::Err { kind: kind_of(e).to_string(), message: e.to_string() }
-}
-
-/// The snake_case name of a [`SendError`] variant (what [`super::RemoteError::Refused`] carries).
-pub(crate) fn kind_of(e: &SendError) -> &'static str {
-    match e {
-        SendError::Gone { .. } => "gone",
-        SendError::Undelivered { .. } => "undelivered",
-        SendError::InboxFull => "inbox_full",
-        SendError::Timeout => "timeout",
-        SendError::PayloadTooLarge { .. } => "payload_too_large",
-        SendError::UnknownTarget(_) => "unknown_target",
-        SendError::Device(_) => "device",
-    }
+/// A request that is not one: the caller reads kind `bad_request`.
+fn bad_request(why: String) -> SendError {
+    SendError::Remote { kind: "bad_request".into(), message: why }
 }

@@ -6,8 +6,9 @@ use ractor::rpc::CallResult;
 use ractor::ActorRef;
 
 use super::gateway::GatewayMsg;
-use super::wire::{Answer, Request};
-use crate::supervisor::{DeadLetterReason, DeadLetters, Origin};
+use super::wire::Request;
+use crate::supervisor::wire::decode_answer;
+use crate::supervisor::{DeadLetterReason, DeadLetters, Origin, SendError};
 
 /// How much longer than the call's own timeout the caller waits for the remote node's answer (the network
 /// and the remote gateway's own work).
@@ -173,10 +174,12 @@ impl RemoteGpuRef {
                 return Err(RemoteError::NodeLost { node: self.node.clone(), name: self.name.clone() });
             }
         };
-        match Answer::decode(&bytes) {
-            Ok(Answer::Ok(reply)) => Ok(reply),
-            Ok(Answer::Err { kind, message }) => Err(RemoteError::Refused { node: self.node.clone(), kind, message }),
-            Err(why) => Err(RemoteError::Refused { node: self.node.clone(), kind: "bad_request".into(), message: why }),
+        let refused = |kind: String, message: String| RemoteError::Refused { node: self.node.clone(), kind, message };
+        match decode_answer(&bytes) {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(SendError::Remote { kind, message })) => Err(refused(kind, message)),
+            Ok(Err(other)) => Err(refused(other.kind().to_string(), other.to_string())),
+            Err(why) => Err(refused("bad_request".into(), why)),
         }
     }
 }

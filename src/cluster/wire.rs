@@ -1,4 +1,5 @@
-//! The bytes of the gateway's requests and answers. ractor_cluster carries a message's fields as bytes
+//! The bytes of the gateway's requests and lookups (its answers to calls and sends are
+//! `ringvisor_supervisor::wire`'s, as a mirror's). ractor_cluster carries a message's fields as bytes
 //! (`BytesConvertable`); these are ours, decoded with errors, never with a panic: a peer that sends garbage
 //! gets a refusal, not a crashed gateway.
 
@@ -36,46 +37,6 @@ impl Request {
     }
 }
 
-/// How a remote call or send ended, as its node saw it.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Answer {
-    /// The reply's payload (a send: empty).
-    Ok(Vec<u8>),
-    /// The error the same call would have returned on that node: its kind (`SendError` variant, snake_case)
-    /// and its message.
-    Err { kind: String, message: String },
-}
-
-impl Answer {
-    /// `[0][payload]` or `[1][kind length: u32 LE][kind][message]`.
-    pub fn encode(&self) -> Vec<u8> {
-        match self {
-            Self::Ok(payload) => [&[0u8][..], payload].concat(),
-            Self::Err { kind, message } => {
-                let mut out = vec![1u8];
-                out.extend_from_slice(&(kind.len() as u32).to_le_bytes());
-                out.extend_from_slice(kind.as_bytes());
-                out.extend_from_slice(message.as_bytes());
-                out
-            }
-        }
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        match bytes.first() {
-            Some(0) => Ok(Self::Ok(bytes[1..].to_vec())),
-            Some(1) => {
-                let short = || "answer shorter than its header".to_string();
-                let len = u32::from_le_bytes(bytes.get(1..5).ok_or_else(short)?.try_into().map_err(|_| short())?);
-                let kind = bytes.get(5..5 + len as usize).ok_or_else(short)?;
-                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-                Ok(Self::Err { kind: text(kind), message: text(&bytes[5 + len as usize..]) })
-            }
-            _ => Err("answer with an unknown tag".to_string()),
-        }
-    }
-}
-
 /// A node's answer to a lookup: one `kind name` line per match (`g` a GPU actor, `a` anything else). Names
 /// never hold a space or a newline (the registry's rules).
 pub(crate) fn encode_names<'a>(names: impl IntoIterator<Item = (&'a str, bool)>) -> String {
@@ -105,12 +66,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_and_answers_round_trip() {
+    fn requests_and_lookups_round_trip() {
         let req = Request { name: "fleet/c1".into(), timeout: Duration::from_millis(1500), payload: vec![1, 2, 3] };
         assert_eq!(Request::decode(&req.encode()).unwrap(), req);
-        for answer in [Answer::Ok(vec![9, 8]), Answer::Err { kind: "timeout".into(), message: "no reply".into() }] {
-            assert_eq!(Answer::decode(&answer.encode()).unwrap(), answer);
-        }
         let names = encode_names([("fleet/a", true), ("svc/b", false)]);
         assert_eq!(decode_names(&names), vec![("fleet/a".to_string(), true), ("svc/b".to_string(), false)]);
     }
@@ -121,9 +79,6 @@ mod tests {
         let mut bad = Request { name: "x".into(), timeout: Duration::ZERO, payload: vec![] }.encode();
         bad[8] = 200; // a name longer than the request
         assert!(Request::decode(&bad).is_err());
-        assert!(Answer::decode(&[]).is_err());
-        assert!(Answer::decode(&[7]).is_err());
-        assert!(Answer::decode(&[1, 255, 255, 0, 0]).is_err());
         assert!(decode_names("zz\ng\n").is_empty());
     }
 }

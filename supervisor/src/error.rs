@@ -127,6 +127,34 @@ pub enum SendError {
     /// The device refused or failed the operation.
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// The error another process returned for the same call or send (a mirrored GPU actor reached through
+    /// ractor_cluster, see [`GpuMessage`](crate::GpuMessage)): the kind of its variant there (as
+    /// [`SendError::kind`]) and its message.
+    #[error("{message} (on another node)")]
+    Remote {
+        /// The variant's kind on the node that answered (`timeout`, `gone`, ...).
+        kind: String,
+        /// Its message, as that node wrote it.
+        message: String,
+    },
+}
+
+impl SendError {
+    /// The variant's name in snake_case (`gone`, `undelivered`, `inbox_full`, `timeout`, `payload_too_large`,
+    /// `unknown_target`, `device`), or for [`SendError::Remote`] the kind the other node reported: what
+    /// crosses a process boundary with the message.
+    pub fn kind(&self) -> &str {
+        match self {
+            SendError::Gone { .. } => "gone",
+            SendError::Undelivered { .. } => "undelivered",
+            SendError::InboxFull => "inbox_full",
+            SendError::Timeout => "timeout",
+            SendError::PayloadTooLarge { .. } => "payload_too_large",
+            SendError::UnknownTarget(_) => "unknown_target",
+            SendError::Device(_) => "device",
+            SendError::Remote { kind, .. } => kind,
+        }
+    }
 }
 
 /// Errors of the registry.

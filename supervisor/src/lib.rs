@@ -32,6 +32,7 @@ mod supervisor;
 mod sync;
 mod tree_events;
 mod validate;
+pub mod wire;
 
 pub use child::{ActorFactory, BoxFuture, GpuChild, StartContext};
 pub use config::{SpecError, SpecErrors, SpecLoader};

@@ -1,5 +1,8 @@
 //! Helpers shared by the facade's integration tests.
 pub mod chaos;
+#[cfg(all(feature = "cluster", feature = "cli"))]
+#[allow(dead_code)]
+pub mod cluster;
 pub mod otp;
 
 /// Whether wgpu finds a Vulkan adapter for the wgpu backend. Without one a wgpu test returns early, saying so;

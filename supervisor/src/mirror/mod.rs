@@ -10,6 +10,9 @@
 //! groups, as a restarted OTP child has a new pid under the same registered name. The messages go through the
 //! child's stable [`GpuActorRef`], so the mirror adds a mailbox hop, never a second path to the device.
 
+#[cfg(feature = "cluster")]
+mod remote;
+
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -35,10 +38,6 @@ pub enum GpuMessage {
     #[doc(hidden)]
     Ended(Option<String>),
 }
-
-// Under ractor's `cluster` feature no type is a message by default; a mirror's messages stay in its process.
-#[cfg(feature = "cluster")]
-impl ractor::Message for GpuMessage {}
 
 /// The mirror actor.
 struct GpuMirror;
