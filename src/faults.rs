@@ -202,13 +202,15 @@ impl<'a> FaultInjector<'a> {
             }
             // A GPU child has no host actor: it exits `killed`, as a killed host actor does (its device actor
             // is killed by its supervisor).
-            InjectedFault::KillActor if !is_supervisor => match (child.gpu(), child.actor()) {
-                (Some(gpu), _) => Ok(gpu.exit(ExitReason::Killed)),
-                (None, Some(actor)) => {
-                    actor.kill();
-                    Ok(true)
-                }
-                (None, None) => Ok(false),
+            InjectedFault::KillActor if !is_supervisor => match child.gpu() {
+                Some(gpu) => Ok(gpu.exit(ExitReason::Killed)),
+                None => match child.actor() {
+                    Some(actor) => {
+                        actor.kill();
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                },
             },
             InjectedFault::KillSupervisor if is_supervisor => match child.actor() {
                 Some(actor) => {

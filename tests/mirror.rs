@@ -1,6 +1,7 @@
 //! The design card's shape (issue 36): a mirrored GPU child is a ractor actor to code written for ractor. A plain
 //! ractor actor links to it, `call!`s it, sees it crash and restart through the supervisor, and finds the new
-//! incarnation's mirror again by name (ractor's registry) and in a `pg` group.
+//! incarnation's mirror again by name (ractor's registry) and in a `pg` group. A mirror nothing else can find is
+//! spawned when first asked for; mirroring is on by default, set per child or for a whole tree.
 
 mod support;
 
@@ -128,13 +129,70 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gpu_child_is_not_mirrored_unless_asked() {
-    let rt = runtime(vec![ChildSpec::gpu("plain", GpuChild::new("echo")).name("mirror-test/plain")]).await;
-    let gpu = rt.gpu("mirror-test/plain").unwrap();
-    assert!(gpu.call(b"hi", T).await.is_ok());
-    assert!(gpu.mirror().is_none());
-    assert!(rt.root().which_children().await.unwrap()[0].child.actor().is_none());
-    assert!(named("mirror-test/plain").is_none());
+async fn a_gpu_childs_mirror_is_spawned_when_first_asked_for_and_ends_with_its_incarnation() {
+    let child = GpuChild::new("test").init(POISON.to_le_bytes());
+    let rt = runtime(vec![ChildSpec::gpu("d", child).name("mirror-test/d")]).await;
+    let gpu = rt.gpu("mirror-test/d").unwrap();
+    assert!(named("mirror-test/d").is_none(), "an on-demand mirror is not registered");
+    // mirrored by default; asked for twice (and through its ChildRef), it is one actor
+    let first = gpu.mirror().expect("a GPU child has a mirror by default");
+    assert_eq!(gpu.mirror().map(|m| m.get_id()), Some(first.get_id()));
+    assert_eq!(gpu.child().actor().map(|a| a.get_id()), Some(first.get_id()));
+    assert_eq!(call!(first, GpuMessage::Call, echo(3)).unwrap().unwrap(), echo(3));
+
+    let seen = Seen::default();
+    let (watcher, _) = Actor::spawn(None, Watcher, seen.clone()).await.unwrap();
+    first.get_cell().link(watcher.get_cell());
+    gpu.send(&POISON.to_le_bytes()).unwrap();
+    let failed = eventually("the linked actor sees the crash", || {
+        seen.lock().unwrap().iter().find(|(id, _)| *id == first.get_id()).map(|(_, what)| *what)
+    })
+    .await;
+    assert_eq!(failed, "failed");
+    // the next incarnation's mirror is another actor, spawned when asked for
+    let second =
+        eventually("the next incarnation's mirror", || gpu.mirror().filter(|m| m.get_id() != first.get_id())).await;
+    assert_eq!(call!(second, GpuMessage::Call, echo(4)).unwrap().unwrap(), echo(4));
+    rt.shutdown().await;
+    let stopped = eventually("the mirror stops with the tree", || {
+        seen.lock().unwrap().iter().find(|(id, _)| *id == second.get_id()).map(|(_, what)| *what)
+    });
+    second.get_cell().link(watcher.get_cell());
+    // (linked after the shutdown began: either it is still there and its stop is seen, or it is gone already)
+    if second.get_status() != ractor::ActorStatus::Stopped {
+        assert_eq!(stopped.await, "terminated");
+    }
+    assert!(gpu.mirror().is_none(), "a stopped child has no mirror");
+    watcher.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirroring_is_set_per_child_or_for_a_whole_tree() {
+    let gpu = |id: &str| ChildSpec::gpu(id, GpuChild::new("echo")).name(format!("mirror-test/{id}"));
+    let nested = SupervisorSpec::new(Strategy::OneForOne).child(gpu("inner"));
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .mirrored(false)
+        .child(gpu("plain"))
+        .child(ChildSpec::gpu("asked", GpuChild::new("echo").mirrored(true)).name("mirror-test/asked"))
+        .child(ChildSpec::supervisor("below", nested));
+    let config = DeviceConfig::default().slots(8).state_bytes(64);
+    let rt = Runtime::start(config, spec).await.unwrap();
+    let plain = rt.gpu("mirror-test/plain").unwrap();
+    assert!(plain.call(b"hi", T).await.is_ok());
+    assert!(plain.mirror().is_none(), "the tree's default: not mirrored");
+    assert!(plain.child().actor().is_none());
+    assert!(rt.gpu("mirror-test/inner").unwrap().mirror().is_none(), "a supervisor below inherits the default");
+    let asked = rt.gpu("mirror-test/asked").unwrap().mirror().expect("the child's own setting wins");
+    assert_eq!(call!(asked, GpuMessage::Call, b"yo".to_vec()).unwrap().unwrap(), b"yo");
+    rt.shutdown().await;
+
+    // and the other way round: a mirrored tree, a child that opts out
+    let spec = SupervisorSpec::new(Strategy::OneForOne)
+        .child(ChildSpec::gpu("off", GpuChild::new("echo").mirrored(false)).name("mirror-test/off"))
+        .child(gpu("on"));
+    let rt = Runtime::start(DeviceConfig::default().slots(8).state_bytes(64), spec).await.unwrap();
+    assert!(rt.gpu("mirror-test/off").unwrap().mirror().is_none());
+    assert!(rt.gpu("mirror-test/on").unwrap().mirror().is_some(), "mirrored by default");
     rt.shutdown().await;
 }
 

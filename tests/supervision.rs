@@ -199,7 +199,8 @@ async fn exit_ends_a_gpu_child_with_that_reason_and_its_restart_type_decides() {
     let rt = Runtime::start(config(), spec).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let (p, t) = (rt.gpu("app/p").unwrap(), rt.gpu("app/t").unwrap());
-    assert!(p.child().actor().is_none(), "a GPU child has no host actor: its supervisor drives its slot");
+    let mirror = p.mirror().expect("a GPU child is mirrored by default");
+    assert_eq!(p.child().actor().map(|a| a.get_id()), Some(mirror.get_id()), "its actor is its mirror");
     assert_eq!(total(&p, 7).await, 7);
     // A transient child that exits `shutdown` is not restarted; its device actor is killed.
     assert!(t.exit(ExitReason::Shutdown));

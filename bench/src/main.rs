@@ -214,21 +214,23 @@ fn tree_rows(n: u32, calls: usize) -> Vec<Row> {
 /// The rows of a tree of `n` mirrored GPU children (a ractor actor each): start against ractor's spawn of as many
 /// actors, heap per child against a plain ractor actor's.
 fn mirrored_rows(n: u32) -> Vec<Row> {
-    eprintln!("supervised tree of {n} mirrored children ...");
-    let tree = mirrored_tree(n, TREE_STARTS);
     let ractor_mem = spawn_ractor_actors(n.min(10_000)).1;
     let ractor_per_actor = ractor_mem.median;
-    let scenario = |what: &str| format!("supervised tree of {n} mirrored GPU children: {what}");
-    vec![
-        Row::new(&scenario("start"), tree.start, tree.spawn_baseline, "<= 2x ractor", |_, _, r| r <= 2.0),
-        Row::new(
+    let mut rows = Vec::new();
+    for usage in [MirrorUse::OnDemand, MirrorUse::AllAsked, MirrorUse::Registered] {
+        eprintln!("supervised tree of {n} mirrored children: {} ...", usage.label());
+        let tree = mirrored_tree(n, TREE_STARTS, usage);
+        let scenario = |what: &str| format!("supervised tree of {n} mirrored GPU children, {}: {what}", usage.label());
+        rows.push(Row::new(&scenario("start"), tree.start, tree.spawn_baseline, "<= 2x ractor", |_, _, r| r <= 2.0));
+        rows.push(Row::new(
             &scenario("host memory per child"),
             tree.memory,
-            ractor_mem,
+            ractor_mem.clone(),
             "<= a plain ractor actor's",
             move |v, _, _| v.median <= ractor_per_actor,
-        ),
-    ]
+        ));
+    }
+    rows
 }
 
 /// Pattern lookups among 100,000 names, against a linear scan: a `?` glob and two prefix globs.

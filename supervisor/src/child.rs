@@ -85,7 +85,19 @@ pub struct GpuChild {
     failover: bool,
     start_timeout: Duration,
     heartbeat_timeout: Option<Duration>,
-    mirror: Option<MirrorSpec>,
+    mirror: Mirroring,
+}
+
+/// Whether a GPU child is mirrored by a ractor actor: as its supervisor says, or as the child says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Mirroring {
+    /// As the supervisor's [`SupervisorSpec::mirrored`](crate::SupervisorSpec::mirrored) says.
+    #[default]
+    Inherit,
+    /// Not mirrored.
+    Off,
+    /// Mirrored, found as the spec says.
+    On(MirrorSpec),
 }
 
 /// How a mirrored GPU child's ractor actor is found: see [`GpuChild::mirrored`].
@@ -95,6 +107,13 @@ pub(crate) struct MirrorSpec {
     pub(crate) registered: bool,
     /// The ractor `pg` groups each incarnation's mirror joins.
     pub(crate) groups: Vec<String>,
+}
+
+impl MirrorSpec {
+    /// Whether nothing finds the mirror but its child's handle: then it is spawned when first asked for.
+    pub(crate) fn on_demand(&self) -> bool {
+        !self.registered && self.groups.is_empty()
+    }
 }
 
 impl fmt::Debug for GpuChild {
@@ -122,43 +141,70 @@ impl GpuChild {
             failover: false,
             start_timeout: Duration::from_secs(5),
             heartbeat_timeout: Some(DEFAULT_HEARTBEAT_TIMEOUT),
-            mirror: None,
+            mirror: Mirroring::Inherit,
         }
     }
 
-    /// Mirrors each incarnation of the child by a ractor actor (the design card's shape; off by default: a
-    /// child then costs a slot binding, not a task and a mailbox). The mirror ([`crate::GpuMessage`]) answers
-    /// `call!`/`cast!` from the device, is the child's [`ChildRef::actor`](crate::ChildRef::actor), and ends
-    /// with its incarnation as an OTP process does: a crash fails it (an actor linked to it sees
-    /// `SupervisionEvent::ActorFailed`), a stop stops it, and the next incarnation has a mirror of its own (a new
-    /// `ActorRef`, as a restarted OTP child has a new pid).
+    /// Whether each incarnation of the child is mirrored by a ractor actor (the design card's shape), whatever
+    /// its supervisor's [`SupervisorSpec::mirrored`](crate::SupervisorSpec::mirrored) says (on by default). The
+    /// mirror ([`crate::GpuMessage`]) answers `call!`/`cast!` from the device, is the child's
+    /// [`ChildRef::actor`](crate::ChildRef::actor), and ends with its incarnation as an OTP process does: a crash
+    /// fails it (an actor linked to it sees `SupervisionEvent::ActorFailed`), a stop stops it, and the next
+    /// incarnation has a mirror of its own (a new `ActorRef`, as a restarted OTP child has a new pid). A mirror
+    /// that nothing but the child's handle can find (not [registered](GpuChild::mirror_registered), in no
+    /// [group](GpuChild::mirror_group)) is spawned when it is first asked for, so a fleet pays for the mirrors
+    /// it uses.
     pub fn mirrored(mut self, on: bool) -> Self {
-        self.mirror = on.then(|| self.mirror.take().unwrap_or_default());
+        self.mirror = match (on, self.mirror) {
+            (true, Mirroring::On(spec)) => Mirroring::On(spec),
+            (true, _) => Mirroring::On(MirrorSpec::default()),
+            (false, _) => Mirroring::Off,
+        };
         self
     }
 
     /// Mirrors the child (see [`GpuChild::mirrored`]) and registers each mirror in ractor's registry under the
-    /// child's tree name (`ractor::registry::where_is`). Names there are global to the process: when another
-    /// actor holds the name, the mirror runs unnamed and a warning is logged.
-    pub fn mirror_registered(mut self) -> Self {
-        self.mirror.get_or_insert_with(MirrorSpec::default).registered = true;
+    /// child's tree name (`ractor::registry::where_is`) as its incarnation starts. Names there are global to the
+    /// process: when another actor holds the name, the mirror runs unnamed and a warning is logged.
+    pub fn mirror_registered(self) -> Self {
+        self.with_mirror(|spec| spec.registered = true)
+    }
+
+    /// Mirrors the child (see [`GpuChild::mirrored`]) and has each mirror join the ractor `pg` group `group` as
+    /// its incarnation starts (leaving it when the incarnation ends).
+    pub fn mirror_group(self, group: impl Into<String>) -> Self {
+        let group = group.into();
+        self.with_mirror(|spec| spec.groups.push(group))
+    }
+
+    /// Mirrors the child, its mirror's spec changed by `change`.
+    fn with_mirror(mut self, change: impl FnOnce(&mut MirrorSpec)) -> Self {
+        let mut spec = match std::mem::take(&mut self.mirror) {
+            Mirroring::On(spec) => spec,
+            Mirroring::Inherit | Mirroring::Off => MirrorSpec::default(),
+        };
+        change(&mut spec);
+        self.mirror = Mirroring::On(spec);
         self
     }
 
-    /// Mirrors the child (see [`GpuChild::mirrored`]) and has each mirror join the ractor `pg` group `group`
-    /// (leaving it when its incarnation ends).
-    pub fn mirror_group(mut self, group: impl Into<String>) -> Self {
-        self.mirror.get_or_insert_with(MirrorSpec::default).groups.push(group.into());
-        self
+    /// Whether the child is mirrored by a ractor actor as set on the child: `None` when it follows its
+    /// supervisor's [`SupervisorSpec::mirrored`](crate::SupervisorSpec::mirrored).
+    pub fn is_mirrored(&self) -> Option<bool> {
+        match self.mirror {
+            Mirroring::Inherit => None,
+            Mirroring::Off => Some(false),
+            Mirroring::On(_) => Some(true),
+        }
     }
 
-    /// Whether the child is mirrored by a ractor actor.
-    pub fn is_mirrored(&self) -> bool {
-        self.mirror.is_some()
-    }
-
-    pub(crate) fn mirror(&self) -> Option<&MirrorSpec> {
-        self.mirror.as_ref()
+    /// How the child is mirrored under a supervisor whose children are mirrored by default or not.
+    pub(crate) fn mirror_under(&self, mirrored_by_default: bool) -> Option<MirrorSpec> {
+        match &self.mirror {
+            Mirroring::Inherit => mirrored_by_default.then(MirrorSpec::default),
+            Mirroring::Off => None,
+            Mirroring::On(spec) => Some(spec.clone()),
+        }
     }
 
     /// The watchdog's bound (default 1 s): a child whose heartbeat has not moved for this long while

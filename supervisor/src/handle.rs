@@ -12,6 +12,7 @@ use ringvisor_device::{Device, DeviceError, Reply};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
+use crate::mirror::MirrorSlot;
 use crate::reason::ExitReason;
 use crate::slots::{DeviceSlots, Notice};
 use crate::status::{ChildStatus, Incarnation, StatusCell};
@@ -89,18 +90,14 @@ impl GpuActorShared {
     }
 }
 
-/// How an incarnation's mirror hears that its incarnation ended (`crate::mirror`): `Some(reason)` after a
-/// crash (it fails with the reason), `None` after a stop (it stops).
-pub(crate) type MirrorEnd = Box<dyn FnOnce(Option<String>) + Send>;
-
 /// The state every handle of one child shares.
 pub(crate) struct ChildShared {
     pub(crate) id: String,
     pub(crate) name: Option<String>,
     status: StatusCell,
     pub(crate) actor: Mutex<Option<ActorCell>>,
-    /// A mirrored GPU child's last mirror, and how to end it while its incarnation runs (`crate::mirror`).
-    pub(crate) mirror: Mutex<(Option<ActorCell>, Option<MirrorEnd>)>,
+    /// A mirrored GPU child's mirrors (`crate::mirror`).
+    pub(crate) mirror: Mutex<MirrorSlot>,
     pub(crate) gpu_actor: Option<GpuActorShared>,
 }
 
@@ -115,7 +112,7 @@ impl ChildShared {
             name,
             status: StatusCell::new(ChildStatus::Starting),
             actor: Mutex::new(None),
-            mirror: Mutex::new((None, None)),
+            mirror: Mutex::new(MirrorSlot::default()),
             gpu_actor: gpu.map(|(slots, slot, dead_letters)| GpuActorShared {
                 home: RwLock::new(Home { slots, slot }),
                 generation: AtomicU32::new(0),
@@ -240,7 +237,7 @@ impl ChildRef {
     /// mirror ([`GpuChild::mirrored`](crate::GpuChild::mirrored)); `None` while it is down, and for a GPU child
     /// that is not mirrored (see [`ChildRef::gpu`]).
     pub fn actor(&self) -> Option<ActorCell> {
-        self.shared.actor()
+        self.shared.actor_or_mirror()
     }
 
     /// The GPU handle, for GPU children.
@@ -269,7 +266,7 @@ impl ChildRef {
 /// A stable handle on a supervised GPU actor: valid across its restarts. Cheap to clone.
 #[derive(Clone)]
 pub struct GpuActorRef {
-    shared: Arc<ChildShared>,
+    pub(crate) shared: Arc<ChildShared>,
 }
 
 impl std::fmt::Debug for GpuActorRef {
@@ -281,7 +278,7 @@ impl std::fmt::Debug for GpuActorRef {
 impl GpuActorRef {
     /// The running incarnation's ractor actor (a mirrored child's mirror), if any.
     pub(crate) fn actor_cell(&self) -> Option<ActorCell> {
-        self.shared.actor()
+        self.shared.actor_or_mirror()
     }
 
     fn gpu(&self) -> &GpuActorShared {

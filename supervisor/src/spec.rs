@@ -133,7 +133,16 @@ pub struct SupervisorSpec {
     pub auto_shutdown: AutoShutdown,
     /// Children in start order (for `simple_one_for_one`: exactly one, the template).
     pub children: Vec<ChildSpec>,
+    /// Whether its GPU children are mirrored by ractor actors unless a child says otherwise
+    /// ([`GpuChild::mirrored`](crate::GpuChild::mirrored)); `None` (the default): as the supervisor above it,
+    /// and at the root [`MIRRORED_BY_DEFAULT`].
+    pub mirrored: Option<bool>,
 }
+
+/// Whether a GPU child is mirrored by a ractor actor when neither it nor a supervisor above it says: yes, as
+/// the design card has it (each GPU actor a ractor actor). A mirror that only its child's handle can find is
+/// spawned when first asked for, so a child whose mirror nobody uses costs what an unmirrored one does.
+pub const MIRRORED_BY_DEFAULT: bool = true;
 
 impl Default for SupervisorSpec {
     fn default() -> Self {
@@ -150,6 +159,7 @@ impl SupervisorSpec {
             period: Duration::from_secs(5),
             auto_shutdown: AutoShutdown::Never,
             children: Vec::new(),
+            mirrored: None,
         }
     }
 
@@ -171,6 +181,14 @@ impl SupervisorSpec {
         self
     }
 
+    /// Whether this supervisor's GPU children, and those of the supervisors below it that do not say, are
+    /// mirrored by ractor actors (see [`SupervisorSpec::mirrored`](SupervisorSpec#structfield.mirrored)); a
+    /// child's own [`GpuChild::mirrored`](crate::GpuChild::mirrored) wins.
+    pub fn mirrored(mut self, on: bool) -> Self {
+        self.mirrored = Some(on);
+        self
+    }
+
     /// Appends a child.
     pub fn child(mut self, child: ChildSpec) -> Self {
         self.children.push(child);
@@ -189,17 +207,21 @@ impl SupervisorSpec {
         use std::fmt::Write;
         let _ = writeln!(
             out,
-            "{:indent$}sup strategy={:?} intensity={} period={:?} auto_shutdown={:?}",
+            "{:indent$}sup strategy={:?} intensity={} period={:?} auto_shutdown={:?} mirrored={:?}",
             "",
             self.strategy,
             self.intensity,
             self.period,
             self.auto_shutdown,
+            self.mirrored,
             indent = depth * 2
         );
         for c in &self.children {
             let kind = match &c.start {
-                ChildStart::Gpu(g) => format!("gpu={} slot={:?}", g.behaviour(), g.wanted_slot()),
+                ChildStart::Gpu(g) => {
+                    let mirror = (g.is_mirrored(), g.mirror_under(false));
+                    format!("gpu={} slot={:?} mirror={mirror:?}", g.behaviour(), g.wanted_slot())
+                }
                 ChildStart::Supervisor(_) => "supervisor".to_string(),
                 ChildStart::Actor(_) => "actor".to_string(),
             };

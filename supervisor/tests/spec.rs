@@ -119,7 +119,7 @@ backoff = { initial_ms = 0, max_ms = 10 }
     has(&errs, "supervisor.period: must be a positive number of seconds, found 0");
     has(
         &errs,
-        "supervisor.colour: unknown key (expected one of: strategy, intensity, period, auto_shutdown, children)",
+        "supervisor.colour: unknown key (expected one of: strategy, intensity, period, auto_shutdown, mirrored, children)",
     );
     has(
         &errs,
@@ -384,13 +384,16 @@ fn a_gpu_child_is_mirrored_from_toml() {
     let text = "[supervisor]\n\
         [[supervisor.children]]\nid = \"m\"\ngpu = \"echo\"\nmirrored = true\n\
         [[supervisor.children]]\nid = \"r\"\ngpu = \"echo\"\nmirror_registered = true\nmirror_groups = [\"g1\", \"g2\"]\n\
-        [[supervisor.children]]\nid = \"p\"\ngpu = \"echo\"\n";
+        [[supervisor.children]]\nid = \"p\"\ngpu = \"echo\"\n\
+        [[supervisor.children]]\nid = \"o\"\ngpu = \"echo\"\nmirrored = false\n";
     let spec = loader().load_str(text).expect("valid");
     let gpu = |i: usize| match &spec.children[i].start {
         ChildStart::Gpu(g) => g.clone(),
         _ => panic!("a GPU child"),
     };
-    assert!(gpu(0).is_mirrored() && gpu(1).is_mirrored() && !gpu(2).is_mirrored());
+    let set: Vec<Option<bool>> = (0..4).map(|i| gpu(i).is_mirrored()).collect();
+    assert_eq!(set, [Some(true), Some(true), None, Some(false)], "unset: as the supervisor says");
+    assert_eq!(spec.mirrored, None);
     let described = format!("{:?}", gpu(1));
     assert!(described.contains("registered: true") && described.contains("[\"g1\", \"g2\"]"), "{described}");
 
@@ -404,4 +407,18 @@ fn a_gpu_child_is_mirrored_from_toml() {
     has(&errs, "supervisor.children[1].mirror_groups[1]: expected a group name (a string)");
     has(&errs, "supervisor.children[1].mirrored: false, but `mirror_registered` or `mirror_groups` asks for a mirror");
     has(&errs, "supervisor.children[2].mirrored: only a GPU child has `mirrored` (this one is `supervisor`)");
+
+    // a tree-wide default, for a supervisor and (unless they say) the supervisors below it
+    let tree = "[supervisor]\nmirrored = false\n[[supervisor.children]]\nid = \"s\"\n\
+        [supervisor.children.supervisor]\nmirrored = true\n";
+    let spec = loader().load_str(tree).expect("valid");
+    assert_eq!(spec.mirrored, Some(false));
+    let ChildStart::Supervisor(nested) = &spec.children[0].start else { panic!("a supervisor") };
+    assert_eq!(nested.mirrored, Some(true));
+    let built = SupervisorSpec::new(Strategy::OneForOne)
+        .mirrored(false)
+        .child(ChildSpec::supervisor("s", SupervisorSpec::new(Strategy::OneForOne).mirrored(true)));
+    assert_eq!(spec.outline(), built.outline());
+    let errs = errors("[supervisor]\nmirrored = \"yes\"\n");
+    has(&errs, "supervisor.mirrored: expected a boolean, found a string");
 }

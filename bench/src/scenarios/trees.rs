@@ -74,45 +74,76 @@ pub fn supervised_tree(children: u32, calls: usize, starts: usize) -> TreeCost {
     }
 }
 
-/// The spec of [`supervised_tree`] (and, `mirrored`, of [`mirrored_tree`]).
-fn fleet_of(children: u32, mirrored: bool) -> SupervisorSpec {
+/// One one_for_one supervisor of `children` `counter` GPU children `fleet/c{i}`, each as `child` makes it.
+fn fleet_with(children: u32, child: impl Fn(GpuChild) -> GpuChild) -> SupervisorSpec {
     let mut spec = SupervisorSpec::new(Strategy::OneForOne);
     for i in 0..children {
         let id = format!("c{i}");
-        let child = GpuChild::new("counter").mirrored(mirrored);
-        spec = spec.child(ChildSpec::gpu(&id, child).name(format!("fleet/{id}")));
+        spec = spec.child(ChildSpec::gpu(&id, child(GpuChild::new("counter"))).name(format!("fleet/{id}")));
     }
     spec
 }
 
+/// The spec of [`supervised_tree`]: unmirrored children.
 fn fleet(children: u32) -> SupervisorSpec {
-    fleet_of(children, false)
+    fleet_with(children, |c| c.mirrored(false))
+}
+
+/// How the children of [`mirrored_tree`] are mirrored and used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorUse {
+    /// Mirrored as by default: each mirror spawned when first asked for; none is asked for.
+    OnDemand,
+    /// The same, and every child's mirror asked for once the tree has started (timed with the start).
+    AllAsked,
+    /// Each mirror registered in ractor's registry, so spawned as its child starts.
+    Registered,
+}
+
+impl MirrorUse {
+    /// The row's words.
+    pub fn label(self) -> &'static str {
+        match self {
+            MirrorUse::OnDemand => "mirrors on demand (the default), none asked for",
+            MirrorUse::AllAsked => "mirrors on demand, every one asked for",
+            MirrorUse::Registered => "mirrors registered by name (spawned at start)",
+        }
+    }
 }
 
 /// What a tree of mirrored GPU children costs, from [`mirrored_tree`].
 pub struct MirroredCost {
-    /// `Runtime::start` of the tree, each start.
+    /// `Runtime::start` of the tree (and, [`MirrorUse::AllAsked`], asking for every mirror), each start.
     pub start: Summary,
     /// Its baseline: [`ractor_tree`]'s spawns of as many actors, interleaved.
     pub spawn_baseline: Summary,
-    /// Heap bytes per child beyond the device's regions (the mirror included), first start.
+    /// Heap bytes per child beyond the device's regions (the mirrors included), first start.
     pub memory: Summary,
 }
 
-/// One one_for_one supervisor with `children` mirrored `counter` GPU children (a ractor actor each), started and
+/// One one_for_one supervisor with `children` `counter` GPU children mirrored as `usage` says, started and
 /// stopped `starts` times, each time followed by [`ractor_tree`]'s spawn of as many actors.
-pub fn mirrored_tree(children: u32, starts: usize) -> MirroredCost {
+pub fn mirrored_tree(children: u32, starts: usize, usage: MirrorUse) -> MirroredCost {
     let (mut ours, mut theirs, mut memory) = (Vec::new(), Vec::new(), 0.0);
     for i in 0..starts {
+        let spec = match usage {
+            MirrorUse::OnDemand | MirrorUse::AllAsked => fleet_with(children, |c| c.mirrored(true)),
+            MirrorUse::Registered => fleet_with(children, GpuChild::mirror_registered),
+        };
         let (start, per_child) = tokio().block_on(async {
             let before = crate::heap::live_bytes();
             let t0 = Instant::now();
-            let r =
-                ringvisor::Runtime::start(compact_device(children), fleet_of(children, true)).await.expect("runtime");
+            let r = ringvisor::Runtime::start(compact_device(children), spec).await.expect("runtime");
+            if usage == MirrorUse::AllAsked {
+                for c in 0..children {
+                    let gpu = r.gpu(&format!("fleet/c{c}")).expect("a child");
+                    assert!(gpu.mirror().is_some(), "a running mirrored child has its mirror when asked");
+                }
+            }
             let start = elapsed_ns(t0);
             let per_child = (crate::heap::live_bytes() - before) as f64 / f64::from(children);
-            let mirrors = r.gpu(&format!("fleet/c{}", children / 2)).and_then(|g| g.mirror());
-            assert!(mirrors.is_some(), "a mirrored child has its mirror once the tree has started");
+            let mirror = r.gpu(&format!("fleet/c{}", children / 2)).and_then(|g| g.mirror());
+            assert!(mirror.is_some(), "a mirrored child has its mirror once the tree has started");
             r.shutdown().await;
             (start, per_child)
         });
@@ -122,7 +153,7 @@ pub fn mirrored_tree(children: u32, starts: usize) -> MirroredCost {
         }
         theirs.push(ractor_tree(children).0);
     }
-    let label = |what: &str| format!("ringvisor, {children} mirrored GPU children, {what}");
+    let label = |what: &str| format!("ringvisor, {children} mirrored GPU children ({}), {what}", usage.label());
     MirroredCost {
         start: Summary::of(&label("start"), ours, Unit::Nanos),
         spawn_baseline: Summary::of(

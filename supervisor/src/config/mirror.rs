@@ -38,7 +38,7 @@ impl Walker<'_> {
                 format!("expected an array of group names, found {}", type_name(other)),
             ),
         }
-        if t.get("mirrored") == Some(&Value::Boolean(false)) && gpu.is_mirrored() {
+        if t.get("mirrored") == Some(&Value::Boolean(false)) && gpu.is_mirrored() == Some(true) {
             self.err(
                 &format!("{path}.mirrored"),
                 "false, but `mirror_registered` or `mirror_groups` asks for a mirror",

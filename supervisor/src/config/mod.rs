@@ -7,6 +7,8 @@
 //! intensity = 3                 # restarts allowed ...
 //! period = 5                    # ... within this many seconds
 //! auto_shutdown = "never"       # any_significant, all_significant
+//! mirrored = true               # GPU children mirrored by ractor actors unless they say (the default: as
+//!                               # the supervisor above; at the root, on)
 //!
 //! [[supervisor.children]]
 //! id = "counter"
@@ -20,6 +22,7 @@
 //!                               # placement = "fewest_in_use" (the default) / "round_robin"
 //! failover = false              # GPU children: on losing its device, restart on another one
 //! mirrored = true               # GPU children: a ractor actor per incarnation (also mirror_registered, mirror_groups)
+//!                               # (default: as the supervisor says)
 //! backoff = { initial_ms = 10, max_ms = 1000 }   # optional, beyond OTP
 //!
 //! [[supervisor.children]]       # a template: 50 children, `{i}` = 0 to 49 in their strings
@@ -272,7 +275,7 @@ impl Walker<'_> {
 
     fn supervisor(&mut self, v: &Value, path: &str, expanded: &str) -> Option<SupervisorSpec> {
         let t = self.table(v, path)?;
-        self.unknown_keys(t, path, &["strategy", "intensity", "period", "auto_shutdown", "children"]);
+        self.unknown_keys(t, path, &["strategy", "intensity", "period", "auto_shutdown", "mirrored", "children"]);
         let strategy = if t.contains_key("strategy") {
             self.choice(
                 t,
@@ -317,6 +320,13 @@ impl Walker<'_> {
                 ],
             ) {
                 spec.auto_shutdown = a;
+            }
+        }
+        match t.get("mirrored") {
+            None => {}
+            Some(Value::Boolean(on)) => spec.mirrored = Some(*on),
+            Some(other) => {
+                self.err(&format!("{path}.mirrored"), format!("expected a boolean, found {}", type_name(other)))
             }
         }
         match t.get("children") {

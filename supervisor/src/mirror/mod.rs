@@ -15,11 +15,14 @@ mod remote;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use ractor::actor::ActorRuntime;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::child::MirrorSpec;
 use crate::error::SendError;
-use crate::handle::{ChildShared, GpuActorRef, MirrorEnd};
+use crate::handle::{ChildShared, GpuActorRef};
 use crate::sync::lock;
 
 /// How long a mirror waits for the device's answer to a [`GpuMessage::Call`] or [`GpuMessage::State`].
@@ -100,27 +103,82 @@ impl Actor for GpuMirror {
     }
 }
 
+/// A mirrored GPU child's mirrors, as its shared state holds them.
+#[derive(Default)]
+pub(crate) struct MirrorSlot {
+    /// The last mirror spawned: running, or ended and perhaps still on its way out (a new one waits for it
+    /// to leave its name).
+    last: Option<ActorCell>,
+    /// The running incarnation's mirror, while it runs.
+    running: Option<ActorRef<GpuMessage>>,
+    /// The runtime to spawn the running incarnation's mirror on when it is first asked for: a mirror found only
+    /// through its child's handle, not spawned yet.
+    on_demand: Option<tokio::runtime::Handle>,
+}
+
 impl ChildShared {
-    /// The running incarnation's mirror (`cell`) and how to end it: the child's actor from now on.
-    pub(crate) fn set_mirror(&self, cell: ActorCell, end: MirrorEnd) {
-        *lock(&self.actor) = Some(cell.clone());
-        let previous = std::mem::replace(&mut *lock(&self.mirror), (Some(cell), Some(end)));
-        if let (_, Some(end)) = previous {
-            end(None);
+    /// The running incarnation's mirror (`mirror`): the child's actor from now on.
+    fn set_mirror(&self, mirror: ActorRef<GpuMessage>, slot: &mut MirrorSlot) {
+        *lock(&self.actor) = Some(mirror.get_cell());
+        slot.last = Some(mirror.get_cell());
+        slot.on_demand = None;
+        if let Some(previous) = slot.running.replace(mirror) {
+            let _ = previous.cast(GpuMessage::Ended(None));
         }
     }
 
-    /// Ends the running incarnation's mirror, if any: fails it with `failure`, or stops it.
+    /// The running incarnation's mirror, spawned by the supervisor.
+    pub(crate) fn set_spawned_mirror(&self, mirror: ActorRef<GpuMessage>) {
+        self.set_mirror(mirror, &mut lock(&self.mirror));
+    }
+
+    /// The running incarnation's mirror is to be spawned when first asked for (on the supervisor's runtime).
+    pub(crate) fn mirror_on_demand(&self) {
+        lock(&self.mirror).on_demand = tokio::runtime::Handle::try_current().ok();
+    }
+
+    /// Ends the running incarnation's mirror, if any: fails it with `failure`, or stops it. One not spawned yet
+    /// never will be.
     pub(crate) fn end_mirror(&self, failure: Option<String>) {
-        let end = lock(&self.mirror).1.take();
-        if let Some(end) = end {
-            end(failure);
+        let running = {
+            let mut slot = lock(&self.mirror);
+            slot.on_demand = None;
+            slot.running.take()
+        };
+        if let Some(mirror) = running {
+            let _ = mirror.cast(GpuMessage::Ended(failure));
         }
     }
 
     /// The child's last mirror (running, or ended and perhaps still on its way out).
     pub(crate) fn last_mirror(&self) -> Option<ActorCell> {
-        lock(&self.mirror).0.clone()
+        lock(&self.mirror).last.clone()
+    }
+
+    /// The running incarnation's actor; for a GPU child whose mirror is spawned on demand, the mirror,
+    /// spawned now if it is not yet (once: later calls get the same one).
+    pub(crate) fn actor_or_mirror(self: &Arc<Self>) -> Option<ActorCell> {
+        if let Some(actor) = self.actor() {
+            return Some(actor);
+        }
+        let mut slot = lock(&self.mirror);
+        let Some(runtime) = slot.on_demand.take() else {
+            drop(slot);
+            return self.actor(); // none, or spawned meanwhile by another caller
+        };
+        let args = MirrorArgs { handle: GpuActorRef { shared: self.clone() }, groups: Vec::new() };
+        let _entered = runtime.enter();
+        match ActorRuntime::spawn_instant(None, GpuMirror, args) {
+            Ok((mirror, _)) => {
+                let cell = mirror.get_cell();
+                self.set_mirror(mirror, &mut slot);
+                Some(cell)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the mirror could not be spawned: the child runs without one");
+                None
+            }
+        }
     }
 }
 
@@ -139,13 +197,12 @@ const NAME_HANDOVER: Duration = Duration::from_secs(1);
 /// Spawns the mirror of the incarnation of `handle`'s child that just started: named `name` in ractor's
 /// registry if the spec asks for it, in the spec's groups. The name held by `previous` (the child's last mirror,
 /// ended and on its way out) is waited for; held by another actor, the mirror runs unnamed (with a warning).
-/// Returns its cell and how to end it.
 pub(crate) async fn spawn(
     handle: GpuActorRef,
     name: Option<String>,
     spec: &MirrorSpec,
     previous: Option<ActorCell>,
-) -> Option<(ActorCell, MirrorEnd)> {
+) -> Option<ActorRef<GpuMessage>> {
     let args = || MirrorArgs { handle: handle.clone(), groups: spec.groups.clone() };
     let named = name.filter(|_| spec.registered);
     let mut spawned = Actor::spawn(named.clone(), GpuMirror, args()).await;
@@ -167,13 +224,7 @@ pub(crate) async fn spawn(
         spawned = Actor::spawn(None, GpuMirror, args()).await;
     }
     match spawned {
-        Ok((mirror, _)) => {
-            let cell = mirror.get_cell();
-            let end: MirrorEnd = Box::new(move |failure| {
-                let _ = mirror.cast(GpuMessage::Ended(failure));
-            });
-            Some((cell, end))
-        }
+        Ok((mirror, _)) => Some(mirror),
         Err(e) => {
             tracing::warn!(error = %e, "the mirror could not be spawned: the child runs without one");
             None

@@ -121,6 +121,9 @@ impl SupervisorRef {
 
     /// A handle on a nested supervisor from its child handle (its current incarnation).
     pub fn from_child(child: &ChildRef) -> Option<Self> {
+        if child.gpu().is_some() {
+            return None; // its actor is a mirror, never a supervisor
+        }
         let cell = child.actor()?;
         (cell.is_message_type_of::<SupervisorMsg>() != Some(false)).then(|| Self { actor: cell.into() })
     }

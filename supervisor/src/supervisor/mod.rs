@@ -75,6 +75,8 @@ pub struct SupervisorState {
     notices: NoticeSink,
     /// During a group start: the children whose mirrors are spawned together once the group has started.
     deferred_mirrors: Option<Vec<usize>>,
+    /// Whether its GPU children are mirrored unless they say (`SupervisorSpec::mirrored`, resolved).
+    mirrored: bool,
 }
 
 /// What a restart decided.
@@ -133,6 +135,7 @@ impl Actor for Supervisor {
             stopping: false,
             notices,
             deferred_mirrors: None,
+            mirrored: spec.mirrored.unwrap_or(crate::spec::MIRRORED_BY_DEFAULT),
         };
         if spec.strategy == Strategy::SimpleOneForOne {
             state.template = spec.children.into_iter().next();

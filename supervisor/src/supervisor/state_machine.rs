@@ -44,7 +44,9 @@ impl SupervisorState {
                 started.map(Incarnation::Gpu)
             }
             ChildStart::Supervisor(spec) => {
-                let args = SupervisorArgs::nested(id.clone(), (**spec).clone(), services.clone());
+                let mut spec = (**spec).clone();
+                spec.mirrored = spec.mirrored.or(Some(self.mirrored)); // a supervisor below inherits
+                let args = SupervisorArgs::nested(id.clone(), spec, services.clone());
                 Supervisor::spawn_linked(None, Supervisor, args, sup_cell)
                     .await
                     .map(|(r, _)| Incarnation::Actor(r.get_cell()))
@@ -58,16 +60,22 @@ impl SupervisorState {
         };
         let child_type = child.spec.child_type();
         child.granted = false; // a new incarnation has no grant yet (see `refresh_grants`)
-        let mirrored = matches!(&child.spec.start, ChildStart::Gpu(g) if g.is_mirrored());
+        let mirror = match &child.spec.start {
+            ChildStart::Gpu(g) => g.mirror_under(self.mirrored),
+            _ => None,
+        };
         match started {
             Ok(incarnation) => {
                 child.set_run(Run::Running(incarnation), ChildStatus::Running);
                 child.started_at = Some(Instant::now());
-                if mirrored {
-                    match self.deferred_mirrors.as_mut() {
+                match mirror {
+                    // found only through its handle: spawned when first asked for
+                    Some(spec) if spec.on_demand() => child.shared.mirror_on_demand(),
+                    Some(_) => match self.deferred_mirrors.as_mut() {
                         Some(deferred) => deferred.push(idx),
                         None => self.spawn_mirrors(vec![idx]).await,
-                    }
+                    },
+                    None => {}
                 }
                 let child = &mut self.children[idx];
                 if let Some(name) = child.spec.name.clone() {
@@ -186,13 +194,13 @@ impl SupervisorState {
         for idx in idxs {
             let child = &self.children[idx];
             let (ChildStart::Gpu(g), Some(handle)) = (&child.spec.start, child.handle().gpu()) else { continue };
-            let Some(spec) = g.mirror().cloned() else { continue };
+            let Some(spec) = g.mirror_under(self.mirrored) else { continue };
             let (name, previous) = (child.shared.target(), child.shared.last_mirror());
             spawning.spawn(async move { (idx, mirror::spawn(handle, Some(name), &spec, previous).await) });
         }
         while let Some(joined) = spawning.join_next().await {
-            if let Ok((idx, Some((cell, end)))) = joined {
-                self.children[idx].shared.set_mirror(cell, end);
+            if let Ok((idx, Some(mirror))) = joined {
+                self.children[idx].shared.set_spawned_mirror(mirror);
             }
         }
     }
