@@ -42,6 +42,8 @@ const CRATES: &[(&str, &str, Layers)] = &[
             // vocabulary
             &["sync", "rounded", "reason", "policy", "status", "tree_events", "intensity", "dead_letter"],
             &["error"],
+            // answers as bytes, to cross a process
+            &["wire"],
             // the devices' slots and the notices from them
             &["slots"],
             // what the user holds, what the tree shares

@@ -12,7 +12,6 @@ use ringvisor_device::{Device, DeviceError, Reply};
 
 use crate::dead_letter::{DeadLetterReason, DeadLetters, Origin};
 use crate::error::SendError;
-use crate::mirror::MirrorSlot;
 use crate::reason::ExitReason;
 use crate::slots::{DeviceSlots, Notice};
 use crate::status::{ChildStatus, Incarnation, StatusCell};
@@ -88,6 +87,19 @@ impl GpuActorShared {
     fn dead_letter(&self, reason: DeadLetterReason, target: String, payload: Vec<u8>) {
         self.dead_letters.push(reason, Origin::Host, Some(target), Some(self.slot()), payload);
     }
+}
+
+/// A mirrored GPU child's mirrors, as its shared state holds them (`crate::mirror` runs them).
+#[derive(Default)]
+pub(crate) struct MirrorSlot {
+    /// The last mirror spawned: running, or ended and perhaps still on its way out (a new one waits for it
+    /// to leave its name).
+    pub(crate) last: Option<ActorCell>,
+    /// The running incarnation's mirror, while it runs.
+    pub(crate) running: Option<ActorCell>,
+    /// The runtime to spawn the running incarnation's mirror on when it is first asked for: a mirror found only
+    /// through its child's handle, not spawned yet.
+    pub(crate) on_demand: Option<tokio::runtime::Handle>,
 }
 
 /// The state every handle of one child shares.

@@ -1,5 +1,6 @@
-//! A GPU child's mirror in TOML (`GpuChild::mirrored`): `mirrored = true|false`, `mirror_registered = true`
-//! (implies `mirrored`) and `mirror_groups = ["group", ...]` (implies `mirrored`).
+//! Mirrors in TOML: a GPU child's (`GpuChild::mirrored`): `mirrored = true|false`, `mirror_registered = true`
+//! (implies `mirrored`) and `mirror_groups = ["group", ...]` (implies `mirrored`); a supervisor's default for
+//! its children (`SupervisorSpec::mirrored`): `mirrored = true|false`.
 
 use toml::Value;
 
@@ -10,6 +11,17 @@ use crate::child::GpuChild;
 pub(super) const MIRROR_KEYS: [&str; 3] = ["mirrored", "mirror_registered", "mirror_groups"];
 
 impl Walker<'_> {
+    /// A supervisor's `mirrored = true|false`: the default of its GPU children and the supervisors below.
+    pub(super) fn tree_mirrored(&mut self, t: &toml::Table, path: &str) -> Option<bool> {
+        match t.get("mirrored")? {
+            Value::Boolean(on) => Some(*on),
+            other => {
+                self.err(&format!("{path}.mirrored"), format!("expected a boolean, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
     /// A GPU child's mirror keys, applied to `gpu`.
     pub(super) fn mirror(&mut self, t: &toml::Table, path: &str, mut gpu: GpuChild) -> GpuChild {
         for key in ["mirrored", "mirror_registered"] {

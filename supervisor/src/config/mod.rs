@@ -46,10 +46,11 @@ use ringvisor_device::layout::RV_INIT_BYTES;
 use toml::Value;
 
 use crate::child::{ActorFactory, GpuChild};
-use crate::policy::{AutoShutdown, Backoff, Restart, Shutdown, Strategy};
+use crate::policy::{AutoShutdown, Restart, Shutdown, Strategy};
 use crate::spec::*;
 use crate::validate::{check_capacity, check_tree};
 
+mod backoff;
 mod errors;
 mod init_values;
 mod locate;
@@ -322,13 +323,7 @@ impl Walker<'_> {
                 spec.auto_shutdown = a;
             }
         }
-        match t.get("mirrored") {
-            None => {}
-            Some(Value::Boolean(on)) => spec.mirrored = Some(*on),
-            Some(other) => {
-                self.err(&format!("{path}.mirrored"), format!("expected a boolean, found {}", type_name(other)))
-            }
-        }
+        spec.mirrored = self.tree_mirrored(t, path);
         match t.get("children") {
             None => {}
             Some(Value::Array(items)) => {
@@ -581,30 +576,5 @@ impl Walker<'_> {
                 None
             }
         }
-    }
-
-    fn backoff(&mut self, v: &Value, path: &str) -> Option<Backoff> {
-        let t = self.table(v, path)?;
-        self.unknown_keys(t, path, &["initial_ms", "max_ms", "jitter", "reset_after_ms"]);
-        let initial = self.integer(t, "initial_ms", path, 1);
-        let max = self.integer(t, "max_ms", path, 1);
-        if !t.contains_key("initial_ms") {
-            self.err(&format!("{path}.initial_ms"), "missing");
-        }
-        if !t.contains_key("max_ms") {
-            self.err(&format!("{path}.max_ms"), "missing");
-        }
-        let mut b = Backoff::exponential(Duration::from_millis(initial? as u64), Duration::from_millis(max? as u64));
-        if t.contains_key("jitter") {
-            match self.number(t, "jitter", path) {
-                Some(j) if (0.0..=1.0).contains(&j) => b = b.jitter(j),
-                Some(j) => self.err(&format!("{path}.jitter"), format!("must be between 0 and 1, found {j}")),
-                None => {}
-            }
-        }
-        if t.contains_key("reset_after_ms") {
-            b = b.reset_after(Duration::from_millis(self.integer(t, "reset_after_ms", path, 0)? as u64));
-        }
-        Some(b)
     }
 }

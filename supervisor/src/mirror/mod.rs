@@ -22,7 +22,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::child::MirrorSpec;
 use crate::error::SendError;
-use crate::handle::{ChildShared, GpuActorRef};
+use crate::handle::{ChildShared, GpuActorRef, MirrorSlot};
 use crate::sync::lock;
 
 /// How long a mirror waits for the device's answer to a [`GpuMessage::Call`] or [`GpuMessage::State`].
@@ -103,27 +103,14 @@ impl Actor for GpuMirror {
     }
 }
 
-/// A mirrored GPU child's mirrors, as its shared state holds them.
-#[derive(Default)]
-pub(crate) struct MirrorSlot {
-    /// The last mirror spawned: running, or ended and perhaps still on its way out (a new one waits for it
-    /// to leave its name).
-    last: Option<ActorCell>,
-    /// The running incarnation's mirror, while it runs.
-    running: Option<ActorRef<GpuMessage>>,
-    /// The runtime to spawn the running incarnation's mirror on when it is first asked for: a mirror found only
-    /// through its child's handle, not spawned yet.
-    on_demand: Option<tokio::runtime::Handle>,
-}
-
 impl ChildShared {
     /// The running incarnation's mirror (`mirror`): the child's actor from now on.
     fn set_mirror(&self, mirror: ActorRef<GpuMessage>, slot: &mut MirrorSlot) {
         *lock(&self.actor) = Some(mirror.get_cell());
         slot.last = Some(mirror.get_cell());
         slot.on_demand = None;
-        if let Some(previous) = slot.running.replace(mirror) {
-            let _ = previous.cast(GpuMessage::Ended(None));
+        if let Some(previous) = slot.running.replace(mirror.get_cell()) {
+            end(previous, None);
         }
     }
 
@@ -146,7 +133,7 @@ impl ChildShared {
             slot.running.take()
         };
         if let Some(mirror) = running {
-            let _ = mirror.cast(GpuMessage::Ended(failure));
+            end(mirror, failure);
         }
     }
 
@@ -180,6 +167,11 @@ impl ChildShared {
             }
         }
     }
+}
+
+/// Ends a mirror: fails it with `failure`, or stops it.
+fn end(mirror: ActorCell, failure: Option<String>) {
+    let _ = ActorRef::<GpuMessage>::from(mirror).cast(GpuMessage::Ended(failure));
 }
 
 impl GpuActorRef {
