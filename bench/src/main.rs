@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,...]
 //! [--only-registry]
-//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]`
+//! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]
+//! [--contention]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
@@ -12,9 +13,12 @@
 //! this binary run with `--serve-node PORT`); `--only-routed` only the calls forwarded between two devices;
 //! `--only-liveness` block 0 under a burst of creates on the backend `RINGVISOR_BACKEND` names (see
 //! `liveness.rs`); `--only-cuda` the CUDA rows against the floor of the machine (see `cuda.rs`); `--only-calls`
-//! the round trips and the one_for_one restarts (what a busy machine hurts first: run it beside a busy loop).
+//! the round trips and the one_for_one restarts (what a busy machine hurts first: run it beside a busy loop);
+//! `--contention` the round trips and restarts with one busy thread per core in another process (this binary
+//! run with `--burn`), against ractor's under the same contention (see `contention.rs`).
 
 mod backends;
+mod contention;
 mod cuda;
 mod heap;
 mod liveness;
@@ -43,6 +47,7 @@ fn main() {
     let mut only_liveness = false;
     let mut only_cuda = false;
     let mut only_calls = false;
+    let mut contention = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -66,6 +71,11 @@ fn main() {
             "--only-liveness" => only_liveness = true,
             "--only-cuda" => only_cuda = true,
             "--only-calls" => only_calls = true,
+            "--contention" => contention = true,
+            "--burn" => {
+                contention::burn();
+                return;
+            }
             "--serve-node" => {
                 let port =
                     args.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| usage("--serve-node needs a port"));
@@ -96,6 +106,10 @@ fn main() {
             tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
+    if contention {
+        println!("{}", markdown(&contention::contention_rows(scale.latency_samples, scale.restart_samples)));
+        return;
+    }
     if only_calls {
         let (mut rows, _, condvar) = call_rows(&scale);
         rows.extend(restart_latency_rows(&scale, condvar));
@@ -165,7 +179,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,N,...] [--only-registry] \
          [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] \
-         [--only-calls]"
+         [--only-calls] [--contention]"
     );
     std::process::exit(2)
 }
