@@ -58,7 +58,11 @@ const CRATES: &[(&str, &str, Layers)] = &[
         ],
     ),
     ("src", "lib.rs", &[&["faults"], &["runtime"], &["cluster"], &["app"]]),
-    ("bench/src", "main.rs", &[&["stats", "heap"], &["backends", "cuda", "liveness", "remote"], &["scenarios"]]),
+    (
+        "bench/src",
+        "main.rs",
+        &[&["stats", "heap"], &["backends", "cuda", "liveness", "remote"], &["scenarios"], &["contention"]],
+    ),
     ("build-support/src", "lib.rs", &[]),
     ("examples/moving-average/src", "lib.rs", &[]),
     ("examples/rate_limiter/src", "lib.rs", &[]),

@@ -70,6 +70,11 @@ impl Actor for Watcher {
     }
 }
 
+/// Waits until the watcher has seen `who` end, and says how: "failed" or "terminated".
+async fn seen_end(seen: &Seen, who: ractor::ActorId, what: &str) -> &'static str {
+    eventually(what, || seen.lock().unwrap().iter().find(|(id, _)| *id == who).map(|(_, how)| *how)).await
+}
+
 fn named(name: &str) -> Option<ActorCell> {
     ractor::registry::where_is(name)
 }
@@ -101,10 +106,7 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
 
     // a crash fails the mirror (the linked actor sees it) and the supervisor restarts the child with a new one
     gpu.send(&POISON.to_le_bytes()).unwrap();
-    let failed = eventually("the linked actor sees the crash", || {
-        seen.lock().unwrap().iter().find(|(id, _)| *id == first.get_id()).map(|(_, what)| *what)
-    })
-    .await;
+    let failed = seen_end(&seen, first.get_id(), "the linked actor sees the crash").await;
     assert_eq!(failed, "failed");
     let second =
         eventually("the next incarnation's mirror", || gpu.mirror().filter(|m| m.get_id() != first.get_id())).await;
@@ -119,10 +121,7 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
     // a stop stops the mirror (no failure)
     second.get_cell().link(watcher.get_cell());
     rt.shutdown().await;
-    let ended = eventually("the stop", || {
-        seen.lock().unwrap().iter().find(|(id, _)| *id == second.get_id()).map(|(_, what)| *what)
-    })
-    .await;
+    let ended = seen_end(&seen, second.get_id(), "the stop").await;
     assert_eq!(ended, "terminated");
     assert!(named("mirror-test/e").is_none(), "the name is released with the mirror");
     watcher.stop(None);
@@ -144,10 +143,7 @@ async fn a_gpu_childs_mirror_is_spawned_when_first_asked_for_and_ends_with_its_i
     let (watcher, _) = Actor::spawn(None, Watcher, seen.clone()).await.unwrap();
     first.get_cell().link(watcher.get_cell());
     gpu.send(&POISON.to_le_bytes()).unwrap();
-    let failed = eventually("the linked actor sees the crash", || {
-        seen.lock().unwrap().iter().find(|(id, _)| *id == first.get_id()).map(|(_, what)| *what)
-    })
-    .await;
+    let failed = seen_end(&seen, first.get_id(), "the linked actor sees the crash").await;
     assert_eq!(failed, "failed");
     // the next incarnation's mirror is another actor, spawned when asked for
     let second =
@@ -155,10 +151,7 @@ async fn a_gpu_childs_mirror_is_spawned_when_first_asked_for_and_ends_with_its_i
     assert_eq!(call!(second, GpuMessage::Call, echo(4)).unwrap().unwrap(), echo(4));
     second.get_cell().link(watcher.get_cell());
     rt.shutdown().await;
-    let stopped = eventually("the mirror stops with the tree", || {
-        seen.lock().unwrap().iter().find(|(id, _)| *id == second.get_id()).map(|(_, what)| *what)
-    })
-    .await;
+    let stopped = seen_end(&seen, second.get_id(), "the mirror stops with the tree").await;
     assert_eq!(stopped, "terminated");
     assert!(gpu.mirror().is_none(), "a stopped child has no mirror");
     watcher.stop(None);
