@@ -5,7 +5,7 @@
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,...]
 //! [--only-registry]
 //! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]
-//! [--contention]`
+//! [--contention] [--only-sends]`
 //!
 //! `--only-tree` measures only the supervised-tree rows, for the given tree sizes; `--only-registry` only the
 //! pattern lookups; `--only-large` only the 4 KiB message rows; `--only-wgpu` only the WebGPU backend's rows
@@ -15,7 +15,8 @@
 //! `liveness.rs`); `--only-cuda` the CUDA rows against the floor of the machine (see `cuda.rs`); `--only-calls`
 //! the round trips and the one_for_one restarts (what a busy machine hurts first: run it beside a busy loop);
 //! `--contention` the round trips and restarts with one busy thread per core in another process (this binary
-//! run with `--burn`), against ractor's under the same contention (see `contention.rs`).
+//! run with `--burn`), against ractor's under the same contention (see `contention.rs`); `--only-sends` the
+//! one-way throughput rows.
 
 mod backends;
 mod contention;
@@ -48,6 +49,7 @@ fn main() {
     let mut only_cuda = false;
     let mut only_calls = false;
     let mut contention = false;
+    let mut only_sends = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -72,6 +74,7 @@ fn main() {
             "--only-cuda" => only_cuda = true,
             "--only-calls" => only_calls = true,
             "--contention" => contention = true,
+            "--only-sends" => only_sends = true,
             "--burn" => {
                 contention::burn();
                 return;
@@ -106,6 +109,10 @@ fn main() {
             tree_sizes: vec![1_000, 10_000, 100_000],
         }
     };
+    if only_sends {
+        println!("{}", markdown(&send_rows(&scale)));
+        return;
+    }
     if contention {
         println!("{}", markdown(&contention::contention_rows(scale.latency_samples, scale.restart_samples)));
         return;
@@ -179,7 +186,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\nusage: ringvisor-bench [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,N,...] [--only-registry] \
          [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] \
-         [--only-calls] [--contention]"
+         [--only-calls] [--contention] [--only-sends]"
     );
     std::process::exit(2)
 }
@@ -369,14 +376,17 @@ fn restart_latency_rows(s: &Scale, condvar: stats::Summary) -> Vec<Row> {
     rows
 }
 
-fn run(s: Scale) -> (Vec<Row>, String, String) {
-    let (mut rows, svg, condvar) = call_rows(&s);
-
+/// The one-way throughput rows: `send`, `send_batch(32)` and the coalescing sender, one producer and two, against
+/// ractor's cast and a crossbeam channel.
+fn send_rows(s: &Scale) -> Vec<Row> {
     eprintln!("one-way throughput ...");
-    let one = device_one_way(1, s.throughput_messages, s.throughput_runs, 1);
-    let two = device_one_way(2, s.throughput_messages, s.throughput_runs, 1);
-    let one_b = device_one_way(1, s.throughput_messages, s.throughput_runs, 32);
-    let two_b = device_one_way(2, s.throughput_messages, s.throughput_runs, 32);
+    let mut rows = Vec::new();
+    let one = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Single);
+    let two = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Single);
+    let one_b = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Batch(32));
+    let two_b = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Batch(32));
+    let one_c = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Coalesced);
+    let two_c = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Coalesced);
     let cast1 = ractor_cast(1, s.throughput_messages, s.throughput_runs);
     let cast2 = ractor_cast(2, s.throughput_messages, s.throughput_runs);
     let chan = crossbeam_channel(s.throughput_messages, s.throughput_runs);
@@ -388,14 +398,23 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
         ("one-way, 64 B, 2 producers", &two, &cast2),
         ("one-way, 64 B, 1 producer, batches of 32", &one_b, &cast1),
         ("one-way, 64 B, 2 producers, batches of 32", &two_b, &cast2),
+        ("one-way, 64 B, 1 producer, coalescing sender", &one_c, &cast1),
+        ("one-way, 64 B, 2 producers, coalescing sender", &two_c, &cast2),
     ] {
         rows.push(Row::new(scenario, ringvisor.clone(), cast.clone(), vs_cast, move |v, _, r| {
             fifteen_m(v) && r >= 2.0
         }));
-        if scenario.contains("1 producer") {
+        if scenario.contains("1 producer") || scenario.contains("coalescing") {
             rows.push(Row::new(scenario, ringvisor.clone(), chan.clone(), vs_chan, |_, _, r| r >= 0.5));
         }
     }
+    rows
+}
+
+fn run(s: Scale) -> (Vec<Row>, String, String) {
+    let (mut rows, svg, condvar) = call_rows(&s);
+
+    rows.extend(send_rows(&s));
 
     rows.extend(large_message_rows(&s));
     rows.extend(remote_rows(s.latency_samples));

@@ -56,8 +56,8 @@ pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
 pub use device::{
     CallTrace, CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStamps, DeviceStats, EventHook,
-    PendingCommand, Router, SlotActivity, SlotFault, SlotSnapshot, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT,
-    UNRESPONSIVE_AFTER,
+    PendingCommand, Router, SlotActivity, SlotFault, SlotSender, SlotSnapshot, Unroutable, UnroutableHook,
+    DEFAULT_HOLD_LIMIT, DEFAULT_SENDER_BATCH, DEFAULT_SENDER_DELAY, DEFAULT_SENDER_TIMEOUT, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
 

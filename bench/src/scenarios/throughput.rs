@@ -12,11 +12,23 @@ use crate::stats::{Summary, Unit};
 
 const PAYLOAD: [u8; 64] = [1; 64];
 
-/// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors (`Device::send`, or
-/// `Device::send_batch` with `batch` > 1) until `messages` are processed; one sample per run, in messages
-/// per second.
-pub fn device_one_way(producers: u32, messages: u64, runs: usize, batch: usize) -> Summary {
+/// How a producer of [`device_one_way`] sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sending {
+    /// `Device::send`, one message at a time.
+    Single,
+    /// `Device::send_batch` of this many.
+    Batch(usize),
+    /// A coalescing `SlotSender` per slot (`Device::sender`), one message at a time.
+    Coalesced,
+}
+
+/// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors, each producer to its own
+/// slots in turn, 32 messages to one before the next (as `how` says), until `messages` are processed; one sample
+/// per run, in messages per second.
+pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) -> Summary {
     const SLOTS: u32 = 64;
+    const PER_SLOT: usize = 32;
     let device =
         Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(4096).state_bytes(64)).expect("device");
     for s in 0..SLOTS {
@@ -33,15 +45,23 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, batch: usize) 
                 std::thread::spawn(move || {
                     let mine: Vec<u32> = (0..SLOTS).filter(|s| s % producers == p).collect();
                     let count = messages / u64::from(producers);
+                    let batch = match how {
+                        Sending::Batch(n) => n,
+                        Sending::Single | Sending::Coalesced => 1,
+                    };
                     let chunk = vec![PAYLOAD; batch];
+                    let senders: Vec<_> = match how {
+                        Sending::Coalesced => mine.iter().map(|&s| device.sender(s).expect("sender")).collect(),
+                        Sending::Single | Sending::Batch(_) => Vec::new(),
+                    };
                     let mut i = 0u64;
                     while i < count {
-                        let slot = mine[(i as usize / batch) % mine.len()];
+                        let turn = (i as usize / batch.max(PER_SLOT)) % mine.len();
                         let want = batch.min((count - i) as usize);
-                        let sent = if batch == 1 {
-                            device.send(slot, &PAYLOAD).map(|_| 1)
-                        } else {
-                            device.send_batch(slot, &chunk[..want])
+                        let sent = match how {
+                            Sending::Single => device.send(mine[turn], &PAYLOAD).map(|_| 1),
+                            Sending::Batch(_) => device.send_batch(mine[turn], &chunk[..want]),
+                            Sending::Coalesced => senders[turn].send(&PAYLOAD).map(|()| 1),
                         };
                         match sent {
                             Ok(n) => i += n as u64,
@@ -49,6 +69,7 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, batch: usize) 
                             Err(e) => panic!("send: {e}"),
                         }
                     }
+                    // (dropping the senders publishes what they hold)
                 })
             })
             .collect();
@@ -62,7 +83,11 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, batch: usize) 
         samples.push(total as f64 / t0.elapsed().as_secs_f64());
     }
     device.shutdown();
-    let how = if batch == 1 { "send".to_string() } else { format!("send_batch({batch})") };
+    let how = match how {
+        Sending::Single => "send".to_string(),
+        Sending::Batch(n) => format!("send_batch({n})"),
+        Sending::Coalesced => "SlotSender::send".to_string(),
+    };
     Summary::of(&format!("ringvisor {how}, {producers} producer(s)"), samples, Unit::PerSecond)
 }
 

@@ -41,6 +41,7 @@ mod inbox;
 mod messages;
 mod poll;
 mod routing;
+mod sender;
 mod snapshot;
 mod subscribers;
 mod trace;
@@ -50,6 +51,7 @@ pub use config::DeviceConfig;
 pub use faults::{DeviceFault, SlotFault};
 pub use health::{DeviceHealth, UNRESPONSIVE_AFTER};
 pub use routing::{Router, Unroutable, UnroutableHook, DEFAULT_HOLD_LIMIT};
+pub use sender::{SlotSender, DEFAULT_SENDER_BATCH, DEFAULT_SENDER_DELAY, DEFAULT_SENDER_TIMEOUT};
 pub use snapshot::{DeviceStats, SlotActivity, SlotSnapshot};
 pub use subscribers::EventHook;
 pub use trace::{CallTrace, DeviceStamps};
@@ -111,6 +113,8 @@ pub(crate) struct DeviceInner {
     route: std::sync::RwLock<Option<(Arc<routing::RouterInner>, u32)>>,
     /// Held by a traced call (`trace.rs`): the grid header holds one trace record.
     trace: Mutex<()>,
+    /// The buffers of this device's coalescing senders (`sender.rs`), for the poller to publish when due.
+    senders: Mutex<Vec<std::sync::Weak<sender::SenderBuffer>>>,
 }
 
 /// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped or on
@@ -179,6 +183,7 @@ impl Device {
             counters: Counters::default(),
             route: std::sync::RwLock::new(None),
             trace: Mutex::new(()),
+            senders: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()

@@ -65,12 +65,16 @@ pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
             if d.closed.load(Ordering::Acquire) {
                 return;
             }
-            let mut st = lock(&d.poll);
-            let st = &mut *st;
-            let work = d.poll_once(st);
-            if d.watch_heartbeat(st) {
-                return;
-            }
+            let work = {
+                let mut st = lock(&d.poll);
+                let st = &mut *st;
+                let work = d.poll_once(st);
+                if d.watch_heartbeat(st) {
+                    return;
+                }
+                work
+            };
+            d.flush_due_senders();
             work
         };
         if work {
