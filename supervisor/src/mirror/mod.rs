@@ -3,9 +3,11 @@
 //! it holds an `ActorRef<GpuMessage>`, `call!`s and `cast!`s it (answered from the device), links to it or
 //! monitors it, finds it in ractor's registry (`ractor::registry::where_is`) and `pg` groups.
 //!
-//! A mirror lives as long as its incarnation, as an OTP process does: the supervisor spawns it when the
-//! incarnation starts and ends it when the incarnation ends, failing it with the exit reason after a crash
-//! (whoever is linked to it sees `SupervisionEvent::ActorFailed`) or stopping it after a stop. The next
+//! A mirror lives as long as its incarnation, as an OTP process does: it is spawned when the incarnation starts
+//! (a registered or grouped mirror, which ractor code may look for at any moment) or when it is first asked for
+//! (one only its child's handle finds), and the supervisor ends it when the incarnation ends, failing it with the
+//! exit reason after a crash (whoever is linked to it sees `SupervisionEvent::ActorFailed`) or stopping it after
+//! a stop. The next
 //! incarnation gets a mirror of its own: a new `ActorRef`, registered under the same name and joining the same
 //! groups, as a restarted OTP child has a new pid under the same registered name. The messages go through the
 //! child's stable [`GpuActorRef`], so the mirror adds a mailbox hop, never a second path to the device.
@@ -13,9 +15,8 @@
 #[cfg(feature = "cluster")]
 mod remote;
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::actor::ActorRuntime;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
