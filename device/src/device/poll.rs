@@ -90,7 +90,8 @@ impl DeviceInner {
     /// comes within it), so the answer does not wait for the poller thread to wake. A caller whose answer
     /// comes from `own_slot`'s outbox reads that outbox itself in most rounds ([`DeviceInner::poll_slot`]: the
     /// reply is there before the executor's word that the slot has replies, a GPU block's doorbell, rung after
-    /// its sweep), and polls the whole device in the others (an answer forwarded from elsewhere).
+    /// its sweep), and polls the whole device in the others (an answer forwarded from elsewhere), and the other
+    /// devices of its router (a call its actor forwarded to another device is answered from there).
     pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant, own_slot: Option<u32>) -> Option<T> {
         let start = Instant::now();
         let (busy_until, until) = ((start + ASSIST_BUSY).min(deadline), (start + ASSIST_SPIN).min(deadline));
@@ -104,7 +105,10 @@ impl DeviceInner {
             }
             match own_slot {
                 Some(slot) if round % ASSIST_FULL_POLL_EVERY != ASSIST_FULL_POLL_EVERY - 1 => self.poll_slot(slot),
-                _ => self.poll_assist(),
+                _ => {
+                    self.poll_assist();
+                    self.poll_routed_peers();
+                }
             }
             if now < busy_until {
                 std::hint::spin_loop();

@@ -128,6 +128,28 @@ impl RouterInner {
     }
 }
 
+impl DeviceInner {
+    /// Polls each other device of this device's router once, in its poller's place, if no one else is polling
+    /// it: a caller waiting for a call its actor forwarded to another device reads the answer there itself.
+    pub(super) fn poll_routed_peers(&self) {
+        let router = match &*self.route.read().unwrap_or_else(|e| e.into_inner()) {
+            Some((router, _)) => router.clone(),
+            None => return,
+        };
+        let peers: Vec<Arc<DeviceInner>> = router
+            .devices
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|d| !std::ptr::eq(Arc::as_ptr(d), self))
+            .collect();
+        for peer in peers {
+            peer.poll_assist();
+        }
+    }
+}
+
 /// Whether an outbox envelope is a routed kernel-to-kernel send (not a reply).
 pub(super) fn is_routed(raw: &RawEnvelope) -> bool {
     raw.kind == RV_KIND_K2K as u8 && raw.destination & RV_ROUTED_BIT != 0
