@@ -113,8 +113,15 @@ const T: Duration = Duration::from_secs(30);
 fn tree(mirrored: bool) -> SupervisorSpec {
     let sup = |strategy| SupervisorSpec::new(strategy).intensity(10_000, Duration::from_secs(1));
     // A short watchdog bound, so hangs injected near the end are caught soon after.
+    // Mirrored: each mirror in a `pg` group, so it is spawned with its incarnation (one nothing else finds would
+    // be spawned only when asked for, and the chaos never asks).
     let watched = |behaviour: &str| {
-        GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200))).mirrored(mirrored)
+        let child = GpuChild::new(behaviour).heartbeat_timeout(Some(Duration::from_millis(200)));
+        if mirrored {
+            child.mirror_group("chaos.mirrors")
+        } else {
+            child.mirrored(false)
+        }
     };
     // A short shutdown bound too: a group restart stops hung siblings, and a hung actor never drains.
     let gpu = |id: String, behaviour: &str, group: &str| {
