@@ -24,11 +24,10 @@ pub enum Sending {
 }
 
 /// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors, each producer to its own
-/// slots in turn, 32 messages to one before the next (as `how` says), until `messages` are processed; one sample
-/// per run, in messages per second.
+/// slots in turn (a message, or a batch, to each), as `how` says, until `messages` are processed; one sample per
+/// run, in messages per second.
 pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) -> Summary {
     const SLOTS: u32 = 64;
-    const PER_SLOT: usize = 32;
     let device =
         Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(4096).state_bytes(64)).expect("device");
     for s in 0..SLOTS {
@@ -56,7 +55,7 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) 
                     };
                     let mut i = 0u64;
                     while i < count {
-                        let turn = (i as usize / batch.max(PER_SLOT)) % mine.len();
+                        let turn = (i as usize / batch) % mine.len();
                         let want = batch.min((count - i) as usize);
                         let sent = match how {
                             Sending::Single => device.send(mine[turn], &PAYLOAD).map(|_| 1),
