@@ -1,7 +1,7 @@
 //! A coalescing sender of one-way messages to one slot ([`Device::sender`]): single sends published in batches, so
 //! a stream producer pays one lock, one tail publication and one wake-up per batch, not per message.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Device, DeviceInner};
@@ -108,10 +108,7 @@ impl Device {
             return Err(DeviceError::InvalidConfig("a sender's batch must hold at least one message".into()));
         }
         let buffer = Arc::new(SenderBuffer { slot, max_delay, pending: Mutex::default() });
-        let mut senders = lock(&self.inner.senders);
-        senders.retain(|s| s.strong_count() > 0);
-        senders.push(Arc::downgrade(&buffer));
-        drop(senders);
+        lock(&self.inner.senders).push(Arc::downgrade(&buffer)); // (the poller forgets it once dropped)
         Ok(SlotSender { device: self.clone(), buffer, batch, timeout })
     }
 }
@@ -187,21 +184,23 @@ impl Drop for SlotSender {
 
 impl DeviceInner {
     /// Publishes the buffers of the senders whose oldest message is due, without waiting (the poller's round):
-    /// what does not fit stays buffered. A sender in use by its producer is left to it.
+    /// what does not fit stays buffered. A sender in use by its producer is left to it; a dropped one is
+    /// forgotten.
     pub(super) fn flush_due_senders(self: &Arc<Self>) {
-        let due: Vec<Arc<SenderBuffer>> = {
-            let senders = lock(&self.senders);
-            if senders.is_empty() {
-                return;
-            }
-            senders.iter().filter_map(Weak::upgrade).collect()
-        };
-        let device = Device { inner: self.clone() };
-        for buffer in due {
-            let Ok(mut pending) = buffer.pending.try_lock() else { continue };
-            if pending.oldest.is_some_and(|t| t.elapsed() >= buffer.max_delay) {
-                let _ = pending.publish(&device, buffer.slot);
-            }
+        let mut senders = lock(&self.senders);
+        if senders.is_empty() {
+            return;
         }
+        let mut device = None;
+        senders.retain(|weak| {
+            let Some(buffer) = weak.upgrade() else { return false };
+            if let Ok(mut pending) = buffer.pending.try_lock() {
+                if pending.oldest.is_some_and(|t| t.elapsed() >= buffer.max_delay) {
+                    let device = device.get_or_insert_with(|| Device { inner: self.clone() });
+                    let _ = pending.publish(device, buffer.slot);
+                }
+            }
+            true
+        });
     }
 }
