@@ -1,6 +1,6 @@
-//! Mirrors in TOML: a GPU child's (`GpuChild::mirrored`): `mirrored = true|false`, `mirror_registered = true`
-//! (implies `mirrored`) and `mirror_groups = ["group", ...]` (implies `mirrored`); a supervisor's default for
-//! its children (`SupervisorSpec::mirrored`): `mirrored = true|false`.
+//! A GPU child's mirror in TOML (`GpuChild::mirrored`): `mirrored = true|false`, `mirror_registered = true`
+//! (implies `mirrored`) and `mirror_groups = ["group", ...]` (implies `mirrored`). (A supervisor's
+//! `mirrored = true|false`, the default of its children, is read with its other keys.)
 
 use toml::Value;
 
@@ -11,29 +11,13 @@ use crate::child::GpuChild;
 pub(super) const MIRROR_KEYS: [&str; 3] = ["mirrored", "mirror_registered", "mirror_groups"];
 
 impl Walker<'_> {
-    /// A supervisor's `mirrored = true|false`: the default of its GPU children and the supervisors below.
-    pub(super) fn tree_mirrored(&mut self, t: &toml::Table, path: &str) -> Option<bool> {
-        match t.get("mirrored")? {
-            Value::Boolean(on) => Some(*on),
-            other => {
-                self.err(&format!("{path}.mirrored"), format!("expected a boolean, found {}", type_name(other)));
-                None
-            }
-        }
-    }
-
     /// A GPU child's mirror keys, applied to `gpu`.
     pub(super) fn mirror(&mut self, t: &toml::Table, path: &str, mut gpu: GpuChild) -> GpuChild {
-        for key in ["mirrored", "mirror_registered"] {
-            match t.get(key) {
-                None => {}
-                Some(Value::Boolean(on)) if key == "mirrored" => gpu = gpu.mirrored(*on),
-                Some(Value::Boolean(true)) => gpu = gpu.mirror_registered(),
-                Some(Value::Boolean(false)) => {}
-                Some(other) => {
-                    self.err(&format!("{path}.{key}"), format!("expected a boolean, found {}", type_name(other)))
-                }
-            }
+        if let Some(on) = self.boolean(t, "mirrored", path) {
+            gpu = gpu.mirrored(on);
+        }
+        if self.boolean(t, "mirror_registered", path) == Some(true) {
+            gpu = gpu.mirror_registered();
         }
         match t.get("mirror_groups") {
             None => {}

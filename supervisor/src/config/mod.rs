@@ -233,6 +233,16 @@ impl Walker<'_> {
         }
     }
 
+    fn boolean(&mut self, t: &toml::Table, key: &str, path: &str) -> Option<bool> {
+        match t.get(key)? {
+            Value::Boolean(b) => Some(*b),
+            other => {
+                self.err(&format!("{path}.{key}"), format!("expected a boolean, found {}", type_name(other)));
+                None
+            }
+        }
+    }
+
     fn choice<T: Copy>(&mut self, t: &toml::Table, key: &str, path: &str, options: &[(&str, T)]) -> Option<T> {
         let s = self.string(t, key, path)?;
         match options.iter().find(|(name, _)| *name == s) {
@@ -323,7 +333,7 @@ impl Walker<'_> {
                 spec.auto_shutdown = a;
             }
         }
-        spec.mirrored = self.tree_mirrored(t, path);
+        spec.mirrored = self.boolean(t, "mirrored", path);
         match t.get("children") {
             None => {}
             Some(Value::Array(items)) => {
@@ -545,13 +555,8 @@ impl Walker<'_> {
                 }
             };
         }
-        if let Some(v) = t.get("significant") {
-            match v {
-                Value::Boolean(b) => spec.significant = *b,
-                other => {
-                    self.err(&format!("{path}.significant"), format!("expected a boolean, found {}", type_name(other)))
-                }
-            }
+        if let Some(b) = self.boolean(t, "significant", path) {
+            spec.significant = b;
         }
         if t.contains_key("name") {
             spec.name = self.string(t, "name", path).map(str::to_string);

@@ -1,9 +1,7 @@
 //! A GPU child's place among the runtime's devices in TOML: `device = N` (pinned), `placement = "..."` and
 //! `failover = true|false`; and the keys only a GPU child may have.
 
-use toml::Value;
-
-use super::{type_name, Walker};
+use super::Walker;
 use crate::child::GpuChild;
 use crate::policy::Placement;
 
@@ -38,12 +36,8 @@ impl Walker<'_> {
         if let Some(p) = t.contains_key("placement").then(|| self.choice(t, "placement", path, &placements)).flatten() {
             gpu = gpu.placement(p);
         }
-        match t.get("failover") {
-            None => {}
-            Some(Value::Boolean(b)) => gpu = gpu.failover(*b),
-            Some(other) => {
-                self.err(&format!("{path}.failover"), format!("expected a boolean, found {}", type_name(other)))
-            }
+        if let Some(b) = self.boolean(t, "failover", path) {
+            gpu = gpu.failover(b);
         }
         gpu
     }
