@@ -200,8 +200,8 @@ impl<'a> FaultInjector<'a> {
                 let Some(name) = child.name() else { return Ok(false) };
                 Ok(self.services.inject_event_fault(name, fault, duration))
             }
-            // A GPU child has no host actor: it exits `killed`, as a killed host actor does (its device actor
-            // is killed by its supervisor).
+            // A GPU child exits `killed` through its handle, as a killed host actor does (its device actor is
+            // killed by its supervisor, its mirror, if it has one, fails with it); its mirror is not asked for.
             InjectedFault::KillActor if !is_supervisor => match child.gpu() {
                 Some(gpu) => Ok(gpu.exit(ExitReason::Killed)),
                 None => match child.actor() {

@@ -7,8 +7,8 @@ use ractor::ActorRef;
 
 use super::gateway::GatewayMsg;
 use super::wire::Request;
-use crate::supervisor::wire::decode_answer;
-use crate::supervisor::{DeadLetterReason, DeadLetters, Origin, SendError};
+use crate::supervisor::wire::{decode_answer, Refusal};
+use crate::supervisor::{DeadLetterReason, DeadLetters, Origin};
 
 /// How much longer than the call's own timeout the caller waits for the remote node's answer (the network
 /// and the remote gateway's own work).
@@ -177,8 +177,7 @@ impl RemoteGpuRef {
         let refused = |kind: String, message: String| RemoteError::Refused { node: self.node.clone(), kind, message };
         match decode_answer(&bytes) {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(SendError::Remote { kind, message })) => Err(refused(kind, message)),
-            Ok(Err(other)) => Err(refused(other.kind().to_string(), other.to_string())),
+            Ok(Err(Refusal { kind, message })) => Err(refused(kind, message)),
             Err(why) => Err(refused("bad_request".into(), why)),
         }
     }

@@ -21,9 +21,25 @@ pub fn encode_answer(answer: &Result<Vec<u8>, SendError>) -> Vec<u8> {
     }
 }
 
-/// The inverse of [`encode_answer`]: an error arrives as [`SendError::Remote`] with its kind and message.
-/// `Err` says why the bytes are not an answer.
-pub fn decode_answer(bytes: &[u8]) -> Result<Result<Vec<u8>, SendError>, String> {
+/// An error as it crossed a process: the kind of its [`SendError`] variant there ([`SendError::kind`]) and its
+/// message. A mirror's caller reads it as [`SendError::Remote`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The variant's kind.
+    pub kind: String,
+    /// Its message, as the other process wrote it.
+    pub message: String,
+}
+
+impl From<Refusal> for SendError {
+    fn from(Refusal { kind, message }: Refusal) -> Self {
+        SendError::Remote { kind, message }
+    }
+}
+
+/// The inverse of [`encode_answer`]: a reply, or the error with its kind and message. `Err` says why the bytes
+/// are not an answer.
+pub fn decode_answer(bytes: &[u8]) -> Result<Result<Vec<u8>, Refusal>, String> {
     match bytes.first() {
         Some(0) => Ok(Ok(bytes[1..].to_vec())),
         Some(1) => {
@@ -32,7 +48,7 @@ pub fn decode_answer(bytes: &[u8]) -> Result<Result<Vec<u8>, SendError>, String>
             let end = 5usize.checked_add(len as usize).ok_or_else(short)?;
             let kind = bytes.get(5..end).ok_or_else(short)?;
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-            Ok(Err(SendError::Remote { kind: text(kind), message: text(&bytes[end..]) }))
+            Ok(Err(Refusal { kind: text(kind), message: text(&bytes[end..]) }))
         }
         _ => Err("answer with an unknown tag".to_string()),
     }
@@ -51,7 +67,7 @@ mod tests {
     use super::*;
 
     fn round_trip(answer: Result<Vec<u8>, SendError>) -> Result<Vec<u8>, SendError> {
-        decode_answer(&encode_answer(&answer)).expect("an answer")
+        decode_answer(&encode_answer(&answer)).expect("an answer").map_err(SendError::from)
     }
 
     #[test]

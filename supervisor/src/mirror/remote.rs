@@ -61,8 +61,10 @@ fn bytes_port(reply: RpcReplyPort<Result<Vec<u8>, SendError>>) -> RpcReplyPort<V
     let timeout = reply.get_timeout();
     ractor::concurrency::spawn(async move {
         if let Some(Ok(bytes)) = within(timeout, rx).await {
-            let answer = decode_answer(&bytes)
-                .unwrap_or_else(|why| Err(SendError::Remote { kind: "bad_answer".into(), message: why }));
+            let answer = match decode_answer(&bytes) {
+                Ok(answer) => answer.map_err(SendError::from),
+                Err(why) => Err(SendError::Remote { kind: "bad_answer".into(), message: why }),
+            };
             let _ = reply.send(answer);
         }
     });
