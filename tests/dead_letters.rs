@@ -1,21 +1,16 @@
 //! The dead-letter queue, one test per reason, redelivery, and the accounting rule: every message handed
 //! to a handle is processed or becomes a dead letter.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use ringvisor::device::DeviceConfig;
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
+use support::{small_runtime, test_msg};
 
 const T: Duration = Duration::from_secs(10);
 const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
-
-fn test_msg(op: u32, arg: u32, wide: u64) -> Vec<u8> {
-    let mut v = op.to_le_bytes().to_vec();
-    v.extend_from_slice(&arg.to_le_bytes());
-    v.extend_from_slice(&wide.to_le_bytes());
-    v
-}
 
 fn stall(ns: u64) -> Vec<u8> {
     test_msg(3, 0, ns)
@@ -23,15 +18,6 @@ fn stall(ns: u64) -> Vec<u8> {
 
 fn test_child(id: &str) -> ChildSpec {
     ChildSpec::gpu(id, GpuChild::new("test").init(POISON.to_le_bytes())).name(format!("dl/{id}"))
-}
-
-async fn runtime(children: Vec<ChildSpec>) -> Runtime {
-    let mut spec = SupervisorSpec::new(Strategy::OneForOne).intensity(100, Duration::from_secs(5));
-    for c in children {
-        spec = spec.child(c);
-    }
-    let config = DeviceConfig::default().slots(8).inbox_capacity(8).outbox_capacity(16).state_bytes(64);
-    Runtime::start(config, spec).await.expect("runtime starts")
 }
 
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
@@ -50,7 +36,7 @@ fn only(rt: &Runtime, reason: DeadLetterReason) -> Vec<DeadLetter> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_target() {
-    let rt = runtime(vec![]).await;
+    let rt = small_runtime(vec![]).await;
     assert!(matches!(rt.services().send("dl/nobody", b"hello"), Err(SendError::UnknownTarget(_))));
     let letters = only(&rt, DeadLetterReason::UnknownTarget);
     assert_eq!(letters.len(), 1);
@@ -61,7 +47,7 @@ async fn unknown_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_target() {
-    let rt = runtime(vec![test_child("a")]).await;
+    let rt = small_runtime(vec![test_child("a")]).await;
     let a = rt.gpu("dl/a").unwrap();
     rt.root().terminate_child("a").await.unwrap();
     assert_eq!(a.status(), ChildStatus::Stopped);
@@ -73,7 +59,7 @@ async fn dead_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbox_full_past_the_deadline() {
-    let rt = runtime(vec![test_child("a")]).await;
+    let rt = small_runtime(vec![test_child("a")]).await;
     let a = rt.gpu("dl/a").unwrap();
     a.call(&stall(300_000_000), T).await.unwrap(); // answered when the stall begins
     let mut sent = 1;
@@ -92,7 +78,7 @@ async fn inbox_full_past_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn left_in_inbox_at_restart_and_poison_at_crash_then_redelivered() {
-    let rt = runtime(vec![test_child("a"), test_child("b")]).await;
+    let rt = small_runtime(vec![test_child("a"), test_child("b")]).await;
     let (a, b) = (rt.gpu("dl/a").unwrap(), rt.gpu("dl/b").unwrap());
     // a stalls; then a poison message and three more queue behind it. When the stall ends the poison
     // message crashes a: it is quarantined, and the three are left in the inbox at the restart.
@@ -122,7 +108,7 @@ async fn left_in_inbox_at_restart_and_poison_at_crash_then_redelivered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_account_for_everything_not_processed() {
-    let rt = runtime(vec![test_child("a")]).await;
+    let rt = small_runtime(vec![test_child("a")]).await;
     let a = rt.gpu("dl/a").unwrap();
     let mut handed = 0u64;
     let mut refused = 0u64;

@@ -12,26 +12,10 @@ use ractor::{call, cast, Actor, ActorCell, ActorProcessingErr, ActorRef, Supervi
 use ringvisor::device::DeviceConfig;
 use ringvisor::prelude::*;
 use ringvisor::supervisor::*;
+use support::{small_runtime, test_msg};
 
 const T: Duration = Duration::from_secs(10);
 const POISON: u64 = 0xDEAD_DEAD_DEAD_DEAD;
-
-/// A `test` actor's echo: op 1, then `tag`.
-fn echo(tag: u64) -> Vec<u8> {
-    let mut v = 1u32.to_le_bytes().to_vec();
-    v.extend_from_slice(&0u32.to_le_bytes());
-    v.extend_from_slice(&tag.to_le_bytes());
-    v
-}
-
-async fn runtime(children: Vec<ChildSpec>) -> Runtime {
-    let mut spec = SupervisorSpec::new(Strategy::OneForOne).intensity(100, Duration::from_secs(5));
-    for c in children {
-        spec = spec.child(c);
-    }
-    let config = DeviceConfig::default().slots(8).inbox_capacity(8).outbox_capacity(16).state_bytes(64);
-    Runtime::start(config, spec).await.expect("runtime starts")
-}
 
 /// Waits (up to `T`) until `f` gives a value.
 async fn eventually<V>(what: &str, f: impl FnMut() -> Option<V>) -> V {
@@ -86,7 +70,7 @@ fn in_group(group: &str) -> Vec<ractor::ActorId> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and_finds_it_again() {
     let child = GpuChild::new("test").init(POISON.to_le_bytes()).mirror_registered().mirror_group("mirror-test/echoes");
-    let rt = runtime(vec![ChildSpec::gpu("e", child).name("mirror-test/e")]).await;
+    let rt = small_runtime(vec![ChildSpec::gpu("e", child).name("mirror-test/e")]).await;
     let gpu = rt.gpu("mirror-test/e").expect("the child is registered");
     let first = eventually("the first mirror", || gpu.mirror()).await;
     assert_eq!(rt.root().which_children().await.unwrap()[0].child.actor().map(|a| a.get_id()), Some(first.get_id()));
@@ -98,9 +82,10 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
     first.get_cell().link(watcher.get_cell());
 
     // call! and cast! as to any ractor actor, answered from the device
-    let answer = call!(first, GpuMessage::Call, echo(7)).expect("the mirror answers").expect("the device answers");
-    assert_eq!(answer, echo(7));
-    cast!(first, GpuMessage::Cast(echo(8))).unwrap();
+    let answer =
+        call!(first, GpuMessage::Call, test_msg(1, 0, 7)).expect("the mirror answers").expect("the device answers");
+    assert_eq!(answer, test_msg(1, 0, 7));
+    cast!(first, GpuMessage::Cast(test_msg(1, 0, 8))).unwrap();
     let state = call!(first, GpuMessage::State).unwrap().expect("a state read");
     assert_eq!(state.len(), 64);
 
@@ -115,8 +100,8 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
     })
     .await;
     assert_eq!(in_group("mirror-test/echoes"), vec![second.get_id()], "the group holds the new one only");
-    let again = call!(ActorRef::<GpuMessage>::from(by_name), GpuMessage::Call, echo(9)).unwrap().unwrap();
-    assert_eq!(again, echo(9));
+    let again = call!(ActorRef::<GpuMessage>::from(by_name), GpuMessage::Call, test_msg(1, 0, 9)).unwrap().unwrap();
+    assert_eq!(again, test_msg(1, 0, 9));
 
     // a stop stops the mirror (no failure)
     second.get_cell().link(watcher.get_cell());
@@ -130,14 +115,14 @@ async fn a_ractor_actor_links_to_a_mirrored_gpu_actor_calls_it_sees_it_crash_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_childs_mirror_is_spawned_when_first_asked_for_and_ends_with_its_incarnation() {
     let child = GpuChild::new("test").init(POISON.to_le_bytes());
-    let rt = runtime(vec![ChildSpec::gpu("d", child).name("mirror-test/d")]).await;
+    let rt = small_runtime(vec![ChildSpec::gpu("d", child).name("mirror-test/d")]).await;
     let gpu = rt.gpu("mirror-test/d").unwrap();
     assert!(named("mirror-test/d").is_none(), "an on-demand mirror is not registered");
     // mirrored by default; asked for twice (and through its ChildRef), it is one actor
     let first = gpu.mirror().expect("a GPU child has a mirror by default");
     assert_eq!(gpu.mirror().map(|m| m.get_id()), Some(first.get_id()));
     assert_eq!(gpu.child().actor().map(|a| a.get_id()), Some(first.get_id()));
-    assert_eq!(call!(first, GpuMessage::Call, echo(3)).unwrap().unwrap(), echo(3));
+    assert_eq!(call!(first, GpuMessage::Call, test_msg(1, 0, 3)).unwrap().unwrap(), test_msg(1, 0, 3));
 
     let seen = Seen::default();
     let (watcher, _) = Actor::spawn(None, Watcher, seen.clone()).await.unwrap();
@@ -148,7 +133,7 @@ async fn a_gpu_childs_mirror_is_spawned_when_first_asked_for_and_ends_with_its_i
     // the next incarnation's mirror is another actor, spawned when asked for
     let second =
         eventually("the next incarnation's mirror", || gpu.mirror().filter(|m| m.get_id() != first.get_id())).await;
-    assert_eq!(call!(second, GpuMessage::Call, echo(4)).unwrap().unwrap(), echo(4));
+    assert_eq!(call!(second, GpuMessage::Call, test_msg(1, 0, 4)).unwrap().unwrap(), test_msg(1, 0, 4));
     second.get_cell().link(watcher.get_cell());
     rt.shutdown().await;
     let stopped = seen_end(&seen, second.get_id(), "the mirror stops with the tree").await;
@@ -191,7 +176,7 @@ async fn mirroring_is_set_per_child_or_for_a_whole_tree() {
 async fn a_mirror_whose_name_is_taken_runs_unnamed() {
     let (holder, _) = Actor::spawn(Some("mirror-test/taken".to_string()), Watcher, Seen::default()).await.unwrap();
     let child = GpuChild::new("echo").mirror_registered();
-    let rt = runtime(vec![ChildSpec::gpu("t", child).name("mirror-test/taken")]).await;
+    let rt = small_runtime(vec![ChildSpec::gpu("t", child).name("mirror-test/taken")]).await;
     let gpu = rt.gpu("mirror-test/taken").unwrap();
     let mirror = eventually("the mirror", || gpu.mirror()).await;
     assert_eq!(named("mirror-test/taken").map(|c| c.get_id()), Some(holder.get_id()), "the name stays its holder's");

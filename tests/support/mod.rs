@@ -50,3 +50,26 @@ pub async fn counter_total(
     let r: [i64; 2] = actor.call(&delta.to_le_bytes(), timeout).await?.decode().expect("counter reply");
     Ok(r[0])
 }
+
+/// A `test` GPU actor's message: `op`, a u32 argument, a u64 argument (`kernels/behaviours/test.cu`).
+#[allow(dead_code)]
+pub fn test_msg(op: u32, arg: u32, wide: u64) -> Vec<u8> {
+    let mut v = op.to_le_bytes().to_vec();
+    v.extend_from_slice(&arg.to_le_bytes());
+    v.extend_from_slice(&wide.to_le_bytes());
+    v
+}
+
+/// A runtime of one one_for_one supervisor (intensity 100 in 5 s) over `children`, on a small CPU device (8 slots,
+/// inboxes of 8, outboxes of 16, 64 bytes of state).
+#[allow(dead_code)]
+pub async fn small_runtime(children: Vec<ringvisor::supervisor::ChildSpec>) -> ringvisor::Runtime {
+    use ringvisor::supervisor::{Strategy, SupervisorSpec};
+    let mut spec = SupervisorSpec::new(Strategy::OneForOne).intensity(100, std::time::Duration::from_secs(5));
+    for c in children {
+        spec = spec.child(c);
+    }
+    let config =
+        ringvisor::device::DeviceConfig::default().slots(8).inbox_capacity(8).outbox_capacity(16).state_bytes(64);
+    ringvisor::Runtime::start(config, spec).await.expect("runtime starts")
+}
