@@ -55,16 +55,8 @@ fn main() {
         match a.as_str() {
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(args.next().unwrap_or_else(|| usage("--out needs a directory"))),
-            "--only-tree" => {
-                let sizes = args.next().unwrap_or_else(|| usage("--only-tree needs sizes, e.g. 10000,100000"));
-                let parsed: Result<Vec<u32>, _> = sizes.split(',').map(str::parse).collect();
-                only_tree = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-tree {sizes}: {e}"))));
-            }
-            "--only-mirrored" => {
-                let sizes = args.next().unwrap_or_else(|| usage("--only-mirrored needs sizes, e.g. 1000,100000"));
-                let parsed: Result<Vec<u32>, _> = sizes.split(',').map(str::parse).collect();
-                only_mirrored = Some(parsed.unwrap_or_else(|e| usage(&format!("--only-mirrored {sizes}: {e}"))));
-            }
+            "--only-tree" => only_tree = Some(sizes("--only-tree", args.next())),
+            "--only-mirrored" => only_mirrored = Some(sizes("--only-mirrored", args.next())),
             "--only-registry" => only_registry = true,
             "--only-large" => only_large = true,
             "--only-wgpu" => only_wgpu = true,
@@ -180,6 +172,13 @@ fn main() {
         std::fs::write(&path, text).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", path.display())));
         eprintln!("wrote {}", path.display());
     }
+}
+
+/// The tree sizes `flag` was given (`10000,100000`), or the usage and exit.
+fn sizes(flag: &str, given: Option<String>) -> Vec<u32> {
+    let given = given.unwrap_or_else(|| usage(&format!("{flag} needs sizes, e.g. 10000,100000")));
+    let parsed: Result<Vec<u32>, _> = given.split(',').map(str::parse).collect();
+    parsed.unwrap_or_else(|e| usage(&format!("{flag} {given}: {e}")))
 }
 
 fn usage(msg: &str) -> ! {
