@@ -15,40 +15,59 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A value delivered once.
 pub(crate) struct Completion<T> {
-    value: Mutex<Option<T>>,
+    slot: Mutex<Delivery<T>>,
     cond: Condvar,
     notify: Notify,
 }
 
+/// A [`Completion`]'s value, and how many threads wait for it on the condition variable (std's `notify_all`
+/// is a system call even with nobody waiting: counting the sleepers spares a call answered while its caller
+/// polls, the common case, that call's cost).
+struct Delivery<T> {
+    value: Option<T>,
+    blocked: u32,
+}
+
 impl<T> Completion<T> {
     pub(crate) fn new() -> Self {
-        Self { value: Mutex::new(None), cond: Condvar::new(), notify: Notify::new() }
+        Self { slot: Mutex::new(Delivery { value: None, blocked: 0 }), cond: Condvar::new(), notify: Notify::new() }
     }
 
     /// Delivers the value (a second delivery replaces an unread first one; callers deliver once).
     pub(crate) fn complete(&self, value: T) {
-        *lock(&self.value) = Some(value);
-        self.cond.notify_all();
+        let blocked = {
+            let mut slot = lock(&self.slot);
+            slot.value = Some(value);
+            slot.blocked
+        };
+        if blocked > 0 {
+            self.cond.notify_all();
+        }
+        // tokio's Notify with no waiter only stores a permit (no system call)
         self.notify.notify_one();
     }
 
     /// Takes the value if it has been delivered.
     pub(crate) fn try_take(&self) -> Option<T> {
-        lock(&self.value).take()
+        lock(&self.slot).value.take()
     }
 
     pub(crate) fn wait_blocking(&self, timeout: Duration) -> Option<T> {
         let deadline = Instant::now() + timeout;
-        let mut guard = lock(&self.value);
+        let mut guard = lock(&self.slot);
         loop {
-            if let Some(v) = guard.take() {
+            if let Some(v) = guard.value.take() {
                 return Some(v);
             }
             let now = Instant::now();
             if now >= deadline {
                 return None;
             }
+            // counted under the lock that `complete` reads the count under: it sees this sleeper, or this
+            // thread sees its value
+            guard.blocked += 1;
             guard = self.cond.wait_timeout(guard, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            guard.blocked -= 1;
         }
     }
 
@@ -56,7 +75,7 @@ impl<T> Completion<T> {
         let fut = async {
             loop {
                 let notified = self.notify.notified();
-                if let Some(v) = lock(&self.value).take() {
+                if let Some(v) = lock(&self.slot).value.take() {
                     return v;
                 }
                 notified.await;
