@@ -24,7 +24,10 @@ const CRATES: &[(&str, &str, Layers)] = &[
         "lib.rs",
         &[
             // vocabulary: layouts, codes, messages, errors, the run-time helpers everything uses
-            &["ffi", "c_layout", "layout", "codes", "ring", "clock", "sync", "wait", "event", "message", "error"],
+            &[
+                "ffi", "c_layout", "layout", "codes", "ring", "clock", "sync", "sched", "wait", "event", "message",
+                "error",
+            ],
             // where the simulator may interleave the threads it runs (shared.rs's accesses go through it)
             &["interleave"],
             // the shared regions and the behaviours compiled into them
@@ -61,7 +64,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
     (
         "bench/src",
         "main.rs",
-        &[&["stats", "heap"], &["backends", "cuda", "liveness", "remote"], &["scenarios"], &["contention"]],
+        &[&["stats", "heap", "runtime"], &["backends", "cuda", "liveness", "remote"], &["scenarios"], &["contention"]],
     ),
     ("build-support/src", "lib.rs", &[]),
     ("examples/moving-average/src", "lib.rs", &[]),

@@ -24,6 +24,7 @@ mod cuda;
 mod heap;
 mod liveness;
 mod remote;
+mod runtime;
 mod scenarios;
 mod stats;
 

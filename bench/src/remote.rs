@@ -68,7 +68,7 @@ async fn remote_member<M: ractor::Message>(group: &str) -> ActorRef<M> {
 
 /// `--serve-node PORT`: a node with [`tree`] and a [`RemoteEcho`], until stdin closes. Prints `ready`.
 pub fn serve_node(port: u16) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
+    let rt = crate::runtime::tokio();
     rt.block_on(async {
         let runtime = Runtime::start(DeviceConfig::default().slots(8), tree()).await.expect("runtime");
         let node = Node::start(&runtime, NodeConfig::new("server", port, COOKIE)).await.expect("node");
@@ -105,7 +105,7 @@ pub fn remote_round_trip(samples: usize) -> RemoteRoundTrips {
     let mut ready = String::new();
     BufReader::new(server.stdout.take().expect("stdout")).read_line(&mut ready).expect("ready line");
     assert_eq!(ready.trim(), "ready", "the serving node did not start");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
+    let rt = crate::runtime::tokio();
     let result = rt.block_on(async {
         let runtime = Runtime::start(DeviceConfig::default().slots(8), SupervisorSpec::new(Strategy::OneForOne))
             .await

@@ -14,7 +14,7 @@
 //! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
 //! access to the shared region), and [`Device`] (the safe API). Beside them: `codes` (the device's vocabulary),
 //! [`error`], [`event`], [`message`], [`behaviour`], `ring` (wrapping positions), `backend` (the executors),
-//! `sync` and `wait` (hand-offs and how host threads wait). `tests/architecture.rs` checks the layers.
+//! `sync`, `wait` and `sched` (hand-offs, how host threads wait and are scheduled). `tests/architecture.rs` checks the layers.
 #![warn(missing_docs)]
 
 mod backend;
@@ -32,6 +32,7 @@ mod interleave;
 pub mod layout;
 pub mod message;
 mod ring;
+mod sched;
 mod shared;
 pub mod sim;
 mod sync;
@@ -60,6 +61,7 @@ pub use device::{
     DEFAULT_HOLD_LIMIT, DEFAULT_SENDER_BATCH, DEFAULT_SENDER_DELAY, DEFAULT_SENDER_TIMEOUT, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
+pub use sched::{request_thread_slice, DEFAULT_THREAD_SLICE};
 
 /// The former name of [`SlotFault`].
 #[deprecated(since = "0.2.0", note = "renamed `SlotFault` (aimed at a slot; `InjectedFault` aims at a name)")]

@@ -9,6 +9,27 @@ use std::time::{Duration, Instant};
 
 use crate::sync::lock;
 
+/// How a device's own host threads (the CPU backend's workers, the poller, the WebGPU executor) wait and are
+/// scheduled, from its [`DeviceConfig`](crate::DeviceConfig).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostThreads {
+    /// Never park when idle (the latency mode).
+    pub(crate) latency_mode: bool,
+    /// The time slice asked of the kernel for each thread ([`crate::sched`]); `None`: the system's default.
+    pub(crate) slice: Option<Duration>,
+}
+
+impl HostThreads {
+    /// Called first by each such thread: asks for its slice.
+    pub(crate) fn enter(&self) {
+        if let Some(slice) = self.slice {
+            if !crate::sched::request_thread_slice(slice) {
+                tracing::debug!(?slice, "the scheduler did not take the thread's slice; keeping the default");
+            }
+        }
+    }
+}
+
 /// Wakes parked threads without losing a wake-up that races with parking.
 pub(crate) struct Parker {
     epoch: AtomicU64,

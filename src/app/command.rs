@@ -206,7 +206,15 @@ fn start(setup: Setup) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // the runtime's threads run the supervisors, the nodes' sessions and the cluster gateway: short time slices,
+    // as the devices' own threads have (see `crate::device::request_thread_slice`)
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(|| {
+            crate::device::request_thread_slice(crate::device::DEFAULT_THREAD_SLICE);
+        })
+        .enable_all()
+        .build();
+    match runtime {
         Ok(runtime) => runtime.block_on(execute(cli, setup)),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

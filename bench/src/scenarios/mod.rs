@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+pub(crate) use crate::runtime::tokio;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::runtime::Runtime as Tokio;
 
 mod calls;
 mod restarts;
@@ -34,10 +34,6 @@ pub struct Scale {
 }
 
 const T: Duration = Duration::from_secs(10);
-
-fn tokio() -> Tokio {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
 
 fn elapsed_ns(t0: Instant) -> f64 {
     t0.elapsed().as_nanos() as f64

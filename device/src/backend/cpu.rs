@@ -20,7 +20,7 @@ use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
 use crate::sync::lock;
-use crate::wait::{IdleBackoff, Parker};
+use crate::wait::{HostThreads, IdleBackoff, Parker};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -75,8 +75,8 @@ struct CpuShared {
     parker: Parker,
     dirty: DirtySet,
     host_wake: Arc<dyn Fn() + Send + Sync>,
-    /// Workers never park (see `DeviceConfig::latency_mode`).
-    latency_mode: bool,
+    /// How the workers wait (in the latency mode they never park) and are scheduled.
+    threads: HostThreads,
 }
 
 impl Drop for CpuShared {
@@ -106,7 +106,7 @@ impl CpuExecutor {
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
         host_wake: Arc<dyn Fn() + Send + Sync>,
-        latency_mode: bool,
+        threads: HostThreads,
     ) -> Result<Self, DeviceError> {
         if config.workers == 0 || config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cpu backend: workers and budget must be > 0".into()));
@@ -141,7 +141,7 @@ impl CpuExecutor {
             parker: Parker::new(),
             dirty: DirtySet::new(slot_count),
             host_wake,
-            latency_mode,
+            threads,
         });
         let mut threads = Vec::with_capacity(config.workers);
         for w in 0..config.workers {
@@ -177,10 +177,11 @@ const SLOTS_PER_WORD: u32 = 32;
 const WORDS_PER_SUMMARY_WORD: u32 = 32;
 
 fn worker(s: &CpuShared, index: usize) {
+    s.threads.enter();
     let summary_words = s.summary_words as usize;
     let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max)
         .yields(WORKER_YIELD_ROUNDS)
-        .latency_mode(s.latency_mode);
+        .latency_mode(s.threads.latency_mode);
     let mut start = index * summary_words / s.config.workers.max(1);
     let view = s.view.0 as *const RvGridView;
     while !s.terminate.load(Ordering::Acquire) {

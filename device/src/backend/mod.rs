@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::behaviour::BehaviourSet;
 use crate::error::DeviceError;
 use crate::layout::{RawGridHeader, RawGridParams};
+use crate::wait::HostThreads;
 
 /// Which executor runs the device code.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,23 +88,23 @@ impl Default for Backend {
 }
 
 /// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
-/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). In the latency mode
-/// the CPU backend's workers never park.
+/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). `threads` says how the
+/// executor's own host threads wait (in the latency mode, the CPU backend's workers never park) and are scheduled.
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
     behaviours: &BehaviourSet,
     wake_host: Arc<dyn Fn() + Send + Sync>,
-    latency_mode: bool,
+    threads: HostThreads,
 ) -> Result<Box<dyn Executor>, DeviceError> {
     Ok(match backend {
         Backend::Cpu(config) => {
-            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, latency_mode)?)
+            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, threads)?)
         }
         Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
         #[cfg(feature = "wgpu")]
         Backend::Wgpu(config) => {
-            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, latency_mode)?)
+            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, threads)?)
         }
     })
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::behaviour::BehaviourSet;
 use crate::layout::RawGridParams;
+use crate::wait::HostThreads;
 
 pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(3);
 
@@ -44,6 +45,12 @@ pub struct DeviceConfig {
     /// (tens of microseconds on a busy machine), at the price of those threads keeping cores busy. Off by
     /// default.
     pub latency_mode: bool,
+    /// The time slice the device's own host threads (the CPU backend's workers, the poller, the WebGPU
+    /// executor) ask of the kernel's scheduler ([`request_thread_slice`](crate::request_thread_slice)): short, so
+    /// that a thread woken with work runs at once on a machine whose cores are busy, instead of after a busy
+    /// thread's slice (3-4 ms on Linux). Default [`DEFAULT_THREAD_SLICE`](crate::DEFAULT_THREAD_SLICE); `None`:
+    /// the system's default.
+    pub thread_slice: Option<Duration>,
 }
 
 impl Default for DeviceConfig {
@@ -62,6 +69,7 @@ impl Default for DeviceConfig {
             command_timeout: Duration::from_secs(5),
             lost_after: Some(DEFAULT_LOST_AFTER),
             latency_mode: false,
+            thread_slice: Some(crate::sched::DEFAULT_THREAD_SLICE),
         }
     }
 }
@@ -147,6 +155,18 @@ impl DeviceConfig {
     pub fn latency_mode(mut self, on: bool) -> Self {
         self.latency_mode = on;
         self
+    }
+
+    /// Sets the time slice the device's own threads ask for (see
+    /// [`DeviceConfig::thread_slice`](#structfield.thread_slice)); `None` leaves them at the system's default.
+    pub fn thread_slice(mut self, slice: Option<Duration>) -> Self {
+        self.thread_slice = slice;
+        self
+    }
+
+    /// How the device's own host threads wait and are scheduled.
+    pub(super) fn host_threads(&self) -> HostThreads {
+        HostThreads { latency_mode: self.latency_mode, slice: self.thread_slice }
     }
 
     pub(super) fn params(&self) -> RawGridParams {

@@ -145,7 +145,7 @@ impl Device {
             let p = poller_parker.clone();
             Arc::new(move || p.wake()) as Arc<dyn Fn() + Send + Sync>
         };
-        let executor = backend::start(&config.backend, header, &config.behaviours, wake_poller, config.latency_mode)?;
+        let executor = backend::start(&config.backend, header, &config.behaviours, wake_poller, config.host_threads())?;
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
         // alive for as long as it lives; DeviceInner owns the executor.
         let grid = unsafe { SharedGrid::new(executor.shared_base()) };
@@ -188,7 +188,7 @@ impl Device {
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("ringvisor-poller".into())
-            .spawn(move || poll::poller(weak, config.latency_mode))
+            .spawn(move || poll::poller(weak, config.host_threads()))
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the poller thread: {e}")))?;
         Ok(Device { inner })
     }

@@ -14,7 +14,7 @@ use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
 use crate::sync::{lock, Completion};
-use crate::wait::IdleBackoff;
+use crate::wait::{HostThreads, IdleBackoff};
 
 /// Where the host has read the event ring and each outbox up to.
 pub(super) struct PollState {
@@ -50,10 +50,11 @@ const POLLER_YIELD_ROUNDS: u32 = 256;
 
 /// The poller thread: reads events and outboxes until the device is dropped or shut down (in the latency
 /// mode without ever parking).
-pub(super) fn poller(device: Weak<DeviceInner>, latency_mode: bool) {
+pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
+    threads.enter();
     let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2))
         .yields(POLLER_YIELD_ROUNDS)
-        .latency_mode(latency_mode);
+        .latency_mode(threads.latency_mode);
     let parker = match device.upgrade() {
         Some(d) => d.poller_parker.clone(),
         None => return,

@@ -30,7 +30,7 @@ use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
 use crate::layout::*;
 use crate::sync::lock;
-use crate::wait::{IdleBackoff, Parker};
+use crate::wait::{HostThreads, IdleBackoff, Parker};
 use gpu::{split, Gpu, SubmitParams};
 use mirror::{HostWords, Mirror};
 
@@ -90,7 +90,8 @@ struct WgpuShared {
     parker: Parker,
     dirty: DirtySet,
     host_wake: Arc<dyn Fn() + Send + Sync>,
-    latency_mode: bool,
+    /// How the executor thread waits (in the latency mode it never parks) and is scheduled.
+    threads: HostThreads,
     failure: Mutex<Option<String>>,
     adapter: String,
 }
@@ -115,7 +116,7 @@ impl WgpuExecutor {
         header: RawGridHeader,
         behaviours: &BehaviourSet,
         host_wake: Arc<dyn Fn() + Send + Sync>,
-        latency_mode: bool,
+        threads: HostThreads,
     ) -> Result<Self, DeviceError> {
         if config.slots_per_group == 0 || config.budget == 0 || config.rounds_per_submit == 0 {
             return Err(DeviceError::InvalidConfig(
@@ -137,7 +138,7 @@ impl WgpuExecutor {
             parker: Parker::new(),
             dirty: DirtySet::new(header.slot_count),
             host_wake,
-            latency_mode,
+            threads,
             failure: Mutex::new(None),
             adapter,
         });
@@ -198,6 +199,7 @@ impl Drop for LiveThread {
 /// The executor thread: rounds until terminate, a halt injected into the device, a GPU error, or process exit.
 /// The GPU objects are dropped on this thread before it counts itself gone.
 fn run(s: &WgpuShared, gpu: Gpu, live: LiveThread) {
+    s.threads.enter();
     run_rounds(s, &gpu);
     drop(gpu);
     drop(live);
@@ -205,7 +207,7 @@ fn run(s: &WgpuShared, gpu: Gpu, live: LiveThread) {
 
 fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
     let mut mirror = Mirror::new(s.header, &s.host);
-    let mut backoff = IdleBackoff::new(2, s.config.park_max).latency_mode(s.latency_mode);
+    let mut backoff = IdleBackoff::new(2, s.config.park_max).latency_mode(s.threads.latency_mode);
     let started = std::time::Instant::now();
     let terminate = std::mem::offset_of!(RawGridHeader, terminate);
     let faults = std::mem::offset_of!(RawGridHeader, device_faults);
