@@ -25,7 +25,17 @@ const CRATES: &[(&str, &str, Layers)] = &[
         &[
             // vocabulary: layouts, codes, messages, errors, the run-time helpers everything uses
             &[
-                "ffi", "c_layout", "layout", "codes", "ring", "clock", "sync", "sched", "wait", "event", "message",
+                "ffi",
+                "c_layout",
+                "layout",
+                "codes",
+                "ring",
+                "clock",
+                "sync",
+                "thread_slice",
+                "wait",
+                "event",
+                "message",
                 "error",
             ],
             // where the simulator may interleave the threads it runs (shared.rs's accesses go through it)

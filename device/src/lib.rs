@@ -14,7 +14,7 @@
 //! Layers, bottom up (as in cudarc): [`layout`] (the raw `#[repr(C)]` mirror), `shared` (checked single-field
 //! access to the shared region), and [`Device`] (the safe API). Beside them: `codes` (the device's vocabulary),
 //! [`error`], [`event`], [`message`], [`behaviour`], `ring` (wrapping positions), `backend` (the executors),
-//! `sync`, `wait` and `sched` (hand-offs, how host threads wait and are scheduled). `tests/architecture.rs` checks the layers.
+//! `sync`, `wait` and `thread_slice` (hand-offs, how host threads wait and are scheduled). `tests/architecture.rs` checks the layers.
 #![warn(missing_docs)]
 
 mod backend;
@@ -32,10 +32,10 @@ mod interleave;
 pub mod layout;
 pub mod message;
 mod ring;
-mod sched;
 mod shared;
 pub mod sim;
 mod sync;
+mod thread_slice;
 mod wait;
 
 pub use backend::cpu::CpuConfig;
@@ -61,7 +61,7 @@ pub use device::{
     DEFAULT_HOLD_LIMIT, DEFAULT_SENDER_BATCH, DEFAULT_SENDER_DELAY, DEFAULT_SENDER_TIMEOUT, UNRESPONSIVE_AFTER,
 };
 pub use error::{DeviceCode, DeviceError};
-pub use sched::{request_thread_slice, DEFAULT_THREAD_SLICE};
+pub use thread_slice::{request_thread_slice, DEFAULT_THREAD_SLICE};
 
 /// The former name of [`SlotFault`].
 #[deprecated(since = "0.2.0", note = "renamed `SlotFault` (aimed at a slot; `InjectedFault` aims at a name)")]

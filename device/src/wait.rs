@@ -15,7 +15,7 @@ use crate::sync::lock;
 pub(crate) struct HostThreads {
     /// Never park when idle (the latency mode).
     pub(crate) latency_mode: bool,
-    /// The time slice asked of the kernel for each thread ([`crate::sched`]); `None`: the system's default.
+    /// The time slice asked of the kernel for each thread ([`crate::thread_slice`]); `None`: the system's default.
     pub(crate) slice: Option<Duration>,
 }
 
@@ -23,7 +23,7 @@ impl HostThreads {
     /// Called first by each such thread: asks for its slice.
     pub(crate) fn enter(&self) {
         if let Some(slice) = self.slice {
-            if !crate::sched::request_thread_slice(slice) {
+            if !crate::thread_slice::request_thread_slice(slice) {
                 tracing::debug!(?slice, "the scheduler did not take the thread's slice; keeping the default");
             }
         }

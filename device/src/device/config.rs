@@ -69,7 +69,7 @@ impl Default for DeviceConfig {
             command_timeout: Duration::from_secs(5),
             lost_after: Some(DEFAULT_LOST_AFTER),
             latency_mode: false,
-            thread_slice: Some(crate::sched::DEFAULT_THREAD_SLICE),
+            thread_slice: Some(crate::thread_slice::DEFAULT_THREAD_SLICE),
         }
     }
 }
