@@ -40,3 +40,55 @@ fn cpu_a_behaviour_that_never_returns_holds_its_slot_alone_and_shutdown_is_bound
     assert_eq!(d.stats().undelivered_left_in_inbox, 2);
     drop(d);
 }
+
+/// Devices with the same CPU settings share one pool of workers (a call forwarded between them runs on the worker
+/// that is awake). A behaviour that never returns on one of them holds the pool's only worker: within the
+/// stuck-worker bound a new worker takes its place, so the other device keeps answering, and so do the stuck
+/// device's other slots; shutting the stuck device down is bounded and leaves the other one running.
+#[test]
+fn cpu_a_stuck_worker_of_a_shared_pool_is_replaced_and_the_other_devices_keep_answering() {
+    // a worker count no other test of this binary uses: this test's devices have a pool of their own
+    let cpu = CpuConfig { workers: 1, spin_sweeps: 9, ..CpuConfig::default() };
+    let config = || DeviceConfig::default().slots(4).backend(Backend::Cpu(cpu.clone()));
+    let (stuck, other) = (Device::open(config()).unwrap(), Device::open(config()).unwrap());
+    assert!(stuck.describe().contains("1 workers shared by 2 device(s)"), "{}", stuck.describe());
+    for d in [&stuck, &other] {
+        for slot in 0..2 {
+            d.create(slot, "test", &[]).unwrap().wait_blocking(T).unwrap();
+        }
+    }
+    stuck.send(1, &test_msg(6, 0, 0)).unwrap(); // the pool's one worker spins in slot 1 for good
+                                                // both devices answer again once the stuck worker is replaced (its step never returns)
+    for (name, d) in [("other", &other), ("stuck", &stuck)] {
+        for round in 0..50u32 {
+            let msg = test_msg(1, round, 0);
+            let reply = d.call(0, &msg, T).unwrap_or_else(|e| panic!("{name} device, round {round}: {e}"));
+            assert_eq!(reply.payload().unwrap(), &msg[..]);
+        }
+    }
+    let started = Instant::now();
+    stuck.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    drop(stuck);
+    // the pool goes on for the device left in it
+    for round in 0..50u32 {
+        let msg = test_msg(1, round, 1);
+        assert_eq!(other.call(1, &msg, T).unwrap().payload().unwrap(), &msg[..]);
+    }
+    assert!(other.describe().contains("shared by 1 device(s)"), "{}", other.describe());
+    other.shutdown();
+}
+
+/// Devices whose CPU settings differ have pools of their own.
+#[test]
+fn cpu_devices_with_other_settings_have_pools_of_their_own() {
+    let pool_of = |spin_sweeps| {
+        let cpu = CpuConfig { workers: 3, spin_sweeps, ..CpuConfig::default() };
+        Device::open(DeviceConfig::default().slots(2).backend(Backend::Cpu(cpu))).unwrap()
+    };
+    let (a, b) = (pool_of(10), pool_of(11));
+    assert!(a.describe().contains("3 workers shared by 1 device(s)"), "{}", a.describe());
+    assert!(b.describe().contains("3 workers shared by 1 device(s)"), "{}", b.describe());
+    let c = pool_of(10);
+    assert!(c.describe().contains("3 workers shared by 2 device(s)"), "{}", c.describe());
+}

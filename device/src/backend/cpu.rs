@@ -11,25 +11,26 @@
 //! is no barrier between workers: a stalled actor only stops its own progress.
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
-//! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`.
+//! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`. The
+//! workers are a pool shared by the process's CPU devices of the same settings (`cpu_pool.rs`).
 
+use super::cpu_pool::{Pool, PoolKey, WorkerState};
 use super::dirty_set::DirtySet;
 use super::region::HostRegion;
 use super::Executor;
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
-use crate::sync::lock;
-use crate::wait::{HostThreads, IdleBackoff, Parker};
+use crate::wait::HostThreads;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Settings of the CPU backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuConfig {
-    /// Worker threads (default: available cores).
+    /// Worker threads (default: available cores), shared with the process's other CPU devices that have the
+    /// same worker count, back-off, latency mode and thread slice (one pool runs them all).
     pub workers: usize,
     /// Most messages an actor processes per step.
     pub budget: u32,
@@ -58,7 +59,8 @@ unsafe impl Send for GridView {}
 // SAFETY: as above.
 unsafe impl Sync for GridView {}
 
-struct CpuShared {
+/// One device's grid as the pool's workers run it.
+pub(super) struct CpuShared {
     view: GridView,
     // The regions and the dispatch table must outlive every worker (dropped after `view`).
     _shared: HostRegion,
@@ -71,12 +73,10 @@ struct CpuShared {
     slot_pending: Box<[AtomicU32]>,
     summary_words: u32,
     config: CpuConfig,
-    terminate: AtomicBool,
-    parker: Parker,
+    /// The device is shutting down: no worker starts a step of it ([`Pool::detach`]).
+    pub(super) terminate: AtomicBool,
     dirty: DirtySet,
     host_wake: Arc<dyn Fn() + Send + Sync>,
-    /// How the workers wait (in the latency mode they never park) and are scheduled.
-    threads: HostThreads,
 }
 
 impl Drop for CpuShared {
@@ -86,11 +86,11 @@ impl Drop for CpuShared {
     }
 }
 
-/// The CPU executor: owns the regions and the worker threads.
+/// The CPU executor: owns the regions; the pool's workers run them.
 pub(crate) struct CpuExecutor {
     shared: Arc<CpuShared>,
     shared_base: *mut u8,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    pool: Arc<Pool>,
 }
 
 // SAFETY: `shared_base` points into a region owned by `shared`, used only through SharedGrid's protocol.
@@ -99,8 +99,8 @@ unsafe impl Send for CpuExecutor {}
 unsafe impl Sync for CpuExecutor {}
 
 impl CpuExecutor {
-    /// Allocates the regions for `header`, builds the view and starts the workers. `host_wake` is called when a
-    /// step published events or replies.
+    /// Allocates the regions for `header`, builds the view and hands it to the pool of workers for `config` and
+    /// `threads` (started if there is none). `host_wake` is called when a step published events or replies.
     pub(crate) fn start(
         config: CpuConfig,
         header: RawGridHeader,
@@ -138,22 +138,19 @@ impl CpuExecutor {
             summary_words,
             config: config.clone(),
             terminate: AtomicBool::new(false),
-            parker: Parker::new(),
             dirty: DirtySet::new(slot_count),
             host_wake,
-            threads,
         });
-        let mut threads = Vec::with_capacity(config.workers);
-        for w in 0..config.workers {
-            let s = inner.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("ringvisor-cpu-{w}"))
-                .spawn(move || worker(&s, w))
-                .map_err(|e| DeviceError::InvalidConfig(format!("cpu backend: cannot spawn worker: {e}")))?;
-            threads.push(handle);
-        }
-        tracing::debug!(workers = config.workers, slot_count, "cpu backend started");
-        Ok(Self { shared: inner, shared_base, threads: Mutex::new(threads) })
+        let pool = Pool::for_key(PoolKey {
+            workers: config.workers,
+            spin_sweeps: config.spin_sweeps,
+            park_max: config.park_max,
+            latency_mode: threads.latency_mode,
+            slice: threads.slice,
+        })?;
+        pool.attach(inner.clone());
+        tracing::debug!(workers = config.workers, slot_count, devices = pool.devices(), "cpu backend started");
+        Ok(Self { shared: inner, shared_base, pool })
     }
 }
 
@@ -167,34 +164,40 @@ fn release(flag: &AtomicU32) {
     unsafe { ffi::rv_cpu_release(flag.as_ptr()) }
 }
 
-/// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
-/// as spinning on an idle machine; its core given away on a busy one).
-const WORKER_YIELD_ROUNDS: u32 = 64;
-
 /// Slots per run-set word.
 const SLOTS_PER_WORD: u32 = 32;
 /// Run-set words per summary word (a bit each).
 const WORDS_PER_SUMMARY_WORD: u32 = 32;
 
-fn worker(s: &CpuShared, index: usize) {
-    s.threads.enter();
-    let summary_words = s.summary_words as usize;
-    let mut backoff = IdleBackoff::new(s.config.spin_sweeps, s.config.park_max)
-        .yields(WORKER_YIELD_ROUNDS)
-        .latency_mode(s.threads.latency_mode);
-    let mut start = index * summary_words / s.config.workers.max(1);
-    let view = s.view.0 as *const RvGridView;
-    while !s.terminate.load(Ordering::Acquire) {
-        let seen = s.parker.epoch();
+/// What a worker's pass over grids found.
+#[derive(Default)]
+pub(super) struct PassOutcome {
+    /// Some step made progress.
+    pub(super) progress: bool,
+}
+
+impl PassOutcome {
+    pub(super) fn add(&mut self, other: PassOutcome) {
+        self.progress |= other.progress;
+    }
+}
+
+impl CpuShared {
+    /// One worker's pass over this grid: block 0's step (if no other worker is running it), then each slot the
+    /// run set marks. `rotation` varies where in the run set a worker starts.
+    pub(super) fn pass(&self, me: &WorkerState, rotation: usize) -> PassOutcome {
+        let summary_words = self.summary_words as usize;
+        let view = self.view.0 as *const RvGridView;
         let mut progress = 0u32;
         let mut publish = false;
-        if try_lock(&s.keeper_lock) {
-            // SAFETY: the view is valid while `s` lives; the lock makes this the only block-0 runner.
-            let r = unsafe { ffi::rv_keeper_step(view) };
-            release(&s.keeper_lock);
+        if try_lock(&self.keeper_lock) {
+            // SAFETY: the view is valid while `self` lives; the lock makes this the only block-0 runner.
+            let r = me.step(|| unsafe { ffi::rv_keeper_step(view) });
+            release(&self.keeper_lock);
             progress |= r;
             publish |= r & RV_STEP_REPLIED != 0;
         }
+        let start = rotation % summary_words.max(1);
         for k in 0..summary_words {
             let i = (start + k) % summary_words;
             // SAFETY: i < summary_words.
@@ -218,38 +221,36 @@ fn worker(s: &CpuShared, index: usize) {
                     // SAFETY: `slot` < slot_count (a marked bit of this grid's run set); both arrays have
                     // slot_count atomic words, used by the C side only atomically; the slot's lock makes this
                     // the only runner of its step.
-                    let r = unsafe {
+                    let r = me.step(|| unsafe {
                         ffi::rv_cpu_run_slot(
                             view,
                             slot,
-                            s.config.budget,
-                            s.slot_locks.as_ptr() as *mut u32,
-                            s.slot_pending.as_ptr() as *mut u32,
+                            self.config.budget,
+                            self.slot_locks.as_ptr() as *mut u32,
+                            self.slot_pending.as_ptr() as *mut u32,
                         )
-                    };
+                    });
                     if r & RV_STEP_REPLIED != 0 {
                         replied |= 1 << b;
                     }
                     progress |= r;
                 }
                 if replied != 0 {
-                    s.dirty.mark_word(word * SLOTS_PER_WORD, replied);
+                    self.dirty.mark_word(word * SLOTS_PER_WORD, replied);
                     publish = true;
                 }
             }
         }
-        start = (start + 1) % summary_words.max(1);
         if publish {
-            (s.host_wake)();
+            (self.host_wake)();
         }
-        if progress & RV_STEP_PROGRESS != 0 {
-            backoff.reset();
-        } else {
-            // a sender that marked a slot and saw no sleeper left its work for this check (see `notify`)
-            // SAFETY: i < summary_words.
-            let marked = || (0..summary_words as u32).any(|i| unsafe { ffi::rv_cpu_summary(view, i) } != 0);
-            backoff.idle_unless(&s.parker, seen, marked);
-        }
+        PassOutcome { progress: progress & RV_STEP_PROGRESS != 0 }
+    }
+
+    /// Whether the run set marks any slot (a worker about to park looks once more).
+    pub(super) fn has_marked_work(&self) -> bool {
+        // SAFETY: i < summary_words; the view is valid while `self` lives.
+        (0..self.summary_words).any(|i| unsafe { ffi::rv_cpu_summary(self.view.0, i) } != 0)
     }
 }
 
@@ -259,7 +260,7 @@ impl Executor for CpuExecutor {
     }
 
     fn wake(&self) {
-        self.shared.parker.wake();
+        self.pool.inner().parker.wake();
     }
 
     fn mark_work(&self, slot: u32) {
@@ -269,7 +270,7 @@ impl Executor for CpuExecutor {
         // worker re-checks the run set after it counts as a sleeper (see the worker's `idle_unless`), so no
         // shared write is needed unless one sleeps.
         if marked {
-            self.shared.parker.wake_sleepers();
+            self.pool.inner().parker.wake_sleepers();
         }
     }
 
@@ -279,20 +280,24 @@ impl Executor for CpuExecutor {
     }
 
     fn shutdown(&self) {
-        self.shared.terminate.store(true, Ordering::Release);
-        self.shared.parker.wake();
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        // A worker stuck in a behaviour is abandoned after the wait: it holds an Arc of the regions it uses.
-        let deadline = std::time::Instant::now() + super::WORKER_EXIT_WAIT;
-        for t in threads {
-            super::join_executor_thread_by(t, deadline);
+        if self.shared.terminate.load(Ordering::SeqCst) {
+            return;
         }
+        // A worker stuck in a behaviour is abandoned after the wait: it holds an Arc of the regions it uses.
+        self.pool.detach(&self.shared, std::time::Instant::now() + super::WORKER_EXIT_WAIT);
+    }
+
+    fn tend(&self) {
+        self.pool.tend();
     }
 
     fn describe(&self) -> String {
         format!(
-            "cpu ({} workers, run set of {} slots per word, budget {})",
-            self.shared.config.workers, SLOTS_PER_WORD, self.shared.config.budget
+            "cpu ({} workers shared by {} device(s), run set of {} slots per word, budget {})",
+            self.shared.config.workers,
+            self.pool.devices(),
+            SLOTS_PER_WORD,
+            self.shared.config.budget
         )
     }
 }

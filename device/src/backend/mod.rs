@@ -3,6 +3,7 @@
 //! memory with the same C function (`rv_compute_layout`).
 
 pub mod cpu;
+mod cpu_pool;
 pub mod cuda;
 mod dirty_set;
 pub(crate) mod region;
@@ -131,6 +132,9 @@ pub(crate) trait Executor: Send + Sync {
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
+    /// Looked at every few milliseconds by the device's poller: the CPU backend replaces a worker stuck in a
+    /// behaviour that never returns.
+    fn tend(&self) {}
     /// A short description for logs and benchmarks.
     fn describe(&self) -> String;
     /// True while the executor is paused on purpose (the CUDA backend pauses its kernel while another device of

@@ -99,6 +99,7 @@ impl DeviceInner {
             return false;
         }
         st.next_beat_check = now + HEARTBEAT_CHECK_EVERY;
+        self.executor.tend();
         if let Some(failure) = self.executor.failure() {
             self.declare_lost(st, format!("the executor failed: {failure}"));
             return true;
@@ -166,7 +167,7 @@ impl DeviceInner {
 
     /// Fails every waiting command and call with `error` and closes every stream.
     pub(super) fn close_waiters(&self, error: DeviceError) {
-        self.poller_parker.wake();
+        self.poller_bell.wake();
         for (_, w) in lock(&self.commands).drain() {
             w.complete(Err(error.clone()));
         }

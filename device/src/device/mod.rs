@@ -73,7 +73,6 @@ use crate::event::SlotEvent;
 use crate::message::Reply;
 use crate::shared::SharedGrid;
 use crate::sync::{Completion, Stream};
-use crate::wait::Parker;
 
 /// Waits for a command's outcome.
 pub(super) type CommandWaiter = Arc<Completion<Result<SlotEvent, DeviceError>>>;
@@ -93,7 +92,7 @@ pub(crate) struct DeviceInner {
     calls: Mutex<HashMap<u64, CallWaiter>>,
     replies: Stream<Reply>,
     subscribers: Mutex<Subscribers>,
-    poller_parker: Arc<Parker>,
+    poller_bell: Arc<poll::PollerBell>,
     /// The poller's read positions. The poller thread holds the lock while it polls; a thread waiting for
     /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
     poll: Mutex<PollState>,
@@ -140,10 +139,10 @@ impl Device {
         // A misspelt RINGVISOR_BACKEND must not pass unnoticed (the default fell back to the CPU backend).
         Backend::from_env()?;
         let header = backend::compute_layout(&config.params())?;
-        let poller_parker = Arc::new(Parker::new());
+        let poller_bell = Arc::new(poll::PollerBell::new());
         let wake_poller = {
-            let p = poller_parker.clone();
-            Arc::new(move || p.wake()) as Arc<dyn Fn() + Send + Sync>
+            let bell = poller_bell.clone();
+            Arc::new(move || bell.ring()) as Arc<dyn Fn() + Send + Sync>
         };
         let executor = backend::start(&config.backend, header, &config.behaviours, wake_poller, config.host_threads())?;
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
@@ -164,7 +163,7 @@ impl Device {
             calls: Mutex::new(HashMap::new()),
             replies: Stream::new(),
             subscribers: Mutex::new(Subscribers::default()),
-            poller_parker,
+            poller_bell,
             poll: Mutex::new(PollState {
                 sweep: Vec::new(),
                 outbox_heads: vec![0; config.slots as usize],

@@ -3,7 +3,7 @@
 //! thread waiting for an answer polls in its place for a short while, so the answer does not wait for the
 //! poller thread to wake.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
 use crate::sync::{lock, Completion};
-use crate::wait::{HostThreads, IdleBackoff};
+use crate::wait::{HostThreads, IdleBackoff, Parker};
 
 /// Where the host has read the event ring and each outbox up to.
 pub(super) struct PollState {
@@ -48,6 +48,67 @@ const POLLER_SPIN_ROUNDS: u32 = 4;
 /// (a parked poller costs a wake-up), polite on a busy one.
 const POLLER_YIELD_ROUNDS: u32 = 256;
 
+/// The poller's wake-up: rung by the executor when it published events or replies, and held back while a caller
+/// polls in the poller's place ([`DeviceInner::assist`]): that caller reads what was published (its own outbox in
+/// most rounds, the whole device in the others), and the last caller to stop polling rings a held-back wake-up.
+/// Waking the poller for what a polling caller reads anyway cost two system calls and two context switches per
+/// call, and on a machine with few cores the poller took the core the call's next hop needed.
+pub(super) struct PollerBell {
+    parker: Parker,
+    /// Callers polling in the poller's place now.
+    assisting: AtomicU32,
+    /// A wake-up was held back for them.
+    held: AtomicBool,
+}
+
+impl PollerBell {
+    pub(super) fn new() -> Self {
+        Self { parker: Parker::new(), assisting: AtomicU32::new(0), held: AtomicBool::new(false) }
+    }
+
+    /// The executor published something: wakes the poller unless a caller is polling in its place.
+    pub(super) fn ring(&self) {
+        // Dekker's pair with `end_assist` (all SeqCst): either this sees the caller still polling, and the
+        // caller's `held.swap` after its decrement sees this store, or this sees no caller and wakes.
+        self.held.store(true, Ordering::SeqCst);
+        if self.assisting.load(Ordering::SeqCst) == 0 && self.held.swap(false, Ordering::SeqCst) {
+            self.parker.wake();
+        }
+    }
+
+    /// Wakes the poller now (a shutdown, a failure to report).
+    pub(super) fn wake(&self) {
+        self.parker.wake();
+    }
+
+    fn begin_assist(&self) {
+        self.assisting.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn end_assist(&self) {
+        self.assisting.fetch_sub(1, Ordering::SeqCst);
+        if self.held.swap(false, Ordering::SeqCst) {
+            self.parker.wake();
+        }
+    }
+}
+
+/// A caller's turn at polling in the poller's place; ends (ringing what was held back) when dropped.
+struct Assisting<'a>(&'a PollerBell);
+
+impl<'a> Assisting<'a> {
+    fn begin(bell: &'a PollerBell) -> Self {
+        bell.begin_assist();
+        Self(bell)
+    }
+}
+
+impl Drop for Assisting<'_> {
+    fn drop(&mut self) {
+        self.0.end_assist();
+    }
+}
+
 /// The poller thread: reads events and outboxes until the device is dropped or shut down (in the latency
 /// mode without ever parking).
 pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
@@ -55,10 +116,11 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
     let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2))
         .yields(POLLER_YIELD_ROUNDS)
         .latency_mode(threads.latency_mode);
-    let parker = match device.upgrade() {
-        Some(d) => d.poller_parker.clone(),
+    let bell = match device.upgrade() {
+        Some(d) => d.poller_bell.clone(),
         None => return,
     };
+    let parker = &bell.parker;
     loop {
         let seen = parker.epoch();
         let work = {
@@ -81,7 +143,7 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
         if work {
             backoff.reset();
         } else {
-            backoff.idle(&parker, seen);
+            backoff.idle(parker, seen);
         }
     }
 }
@@ -94,6 +156,7 @@ impl DeviceInner {
     /// its sweep), and polls the whole device in the others (an answer forwarded from elsewhere), and the other
     /// devices of its router (a call its actor forwarded to another device is answered from there).
     pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant, own_slot: Option<u32>) -> Option<T> {
+        let _turn = Assisting::begin(&self.poller_bell);
         let start = Instant::now();
         let (busy_until, until) = ((start + ASSIST_BUSY).min(deadline), (start + ASSIST_SPIN).min(deadline));
         for round in 0u32.. {

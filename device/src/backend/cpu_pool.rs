@@ -1,0 +1,273 @@
+//! The CPU backend's workers, one pool shared by every CPU device of a process that has the same thread settings
+//! (worker count, back-off, latency mode, time slice).
+//!
+//! Why shared: each device had its own workers, so a process with two devices on a 2-core machine ran four
+//! workers and two pollers. A call forwarded from an actor of one device to an actor of the other waited for
+//! the other device's worker, parked since its last message, to be woken (about 10 µs here), while the worker
+//! that had just run the first actor spun with nothing to do. A pool's worker sweeps every device of the pool,
+//! so the worker that is awake runs whichever actor has work.
+//!
+//! A behaviour that never returns holds its worker. So that it cannot stop the pool's other devices, the
+//! pool replaces a worker stuck in one step for [`STUCK_AFTER`]: the devices' pollers look ([`Pool::tend`])
+//! every few milliseconds, and the stuck worker leaves the pool when (if ever) its step returns.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::cpu::{CpuShared, PassOutcome};
+use crate::error::DeviceError;
+use crate::sync::lock;
+use crate::wait::{HostThreads, IdleBackoff, Parker};
+
+/// A worker in one step this long counts as stuck (a behaviour that never returns): a new worker takes its place.
+pub(super) const STUCK_AFTER: Duration = Duration::from_millis(200);
+
+/// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
+/// as spinning on an idle machine; its core given away on a busy one).
+const WORKER_YIELD_ROUNDS: u32 = 64;
+
+/// What devices must share to share a pool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct PoolKey {
+    pub(super) workers: usize,
+    pub(super) spin_sweeps: u32,
+    pub(super) park_max: Duration,
+    pub(super) latency_mode: bool,
+    pub(super) slice: Option<Duration>,
+}
+
+/// The pools of this process (a pool is dropped with the last device that uses it).
+static POOLS: Mutex<Vec<Weak<Pool>>> = Mutex::new(Vec::new());
+
+/// A pool of workers and the devices (grids) they run.
+pub(super) struct Pool {
+    inner: Arc<PoolInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What the pool's workers share.
+pub(super) struct PoolInner {
+    key: PoolKey,
+    grids: RwLock<Vec<Arc<CpuShared>>>,
+    /// Moves whenever `grids` changes: a worker re-reads the list then.
+    generation: AtomicU64,
+    pub(super) parker: Parker,
+    terminate: AtomicBool,
+    /// The workers whose threads have not left, with their progress (looked at by `tend` and `detach`).
+    workers: Mutex<Vec<Watched>>,
+    next_index: AtomicU32,
+}
+
+/// A worker's progress, each field written by the worker alone (its own cache line: no other worker's pass
+/// writes it).
+#[repr(align(128))]
+pub(super) struct WorkerState {
+    /// Steps begun and ended: odd while the worker is in a step.
+    steps: AtomicU64,
+    /// The grid (its address) the worker is in a pass of; 0 between passes.
+    in_grid: AtomicUsize,
+    /// A replacement was started: leave once the current step returns.
+    replaced: AtomicBool,
+    /// The worker's thread has left.
+    left: AtomicBool,
+}
+
+impl WorkerState {
+    /// Brackets one step (block 0's or an actor's) for the stuck-worker check.
+    pub(super) fn step<R>(&self, f: impl FnOnce() -> R) -> R {
+        // only this worker writes `steps`: a plain increment (no locked instruction on the step's path)
+        self.steps.store(self.steps.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        let r = f();
+        self.steps.store(self.steps.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        r
+    }
+}
+
+/// A worker as `tend` last saw it.
+struct Watched {
+    state: Arc<WorkerState>,
+    seen: u64,
+    since: Instant,
+}
+
+impl Pool {
+    /// The pool for `key`, started if there is none yet.
+    pub(super) fn for_key(key: PoolKey) -> Result<Arc<Pool>, DeviceError> {
+        let mut pools = lock(&POOLS);
+        pools.retain(|p| p.strong_count() > 0);
+        if let Some(pool) = pools.iter().filter_map(Weak::upgrade).find(|p| p.inner.key == key) {
+            return Ok(pool);
+        }
+        let pool = Arc::new(Pool {
+            inner: Arc::new(PoolInner {
+                key,
+                grids: RwLock::new(Vec::new()),
+                generation: AtomicU64::new(0),
+                parker: Parker::new(),
+                terminate: AtomicBool::new(false),
+                workers: Mutex::new(Vec::new()),
+                next_index: AtomicU32::new(0),
+            }),
+            threads: Mutex::new(Vec::new()),
+        });
+        for _ in 0..key.workers {
+            pool.spawn_worker()?;
+        }
+        tracing::debug!(workers = key.workers, "cpu worker pool started");
+        pools.push(Arc::downgrade(&pool));
+        Ok(pool)
+    }
+
+    pub(super) fn inner(&self) -> &PoolInner {
+        &self.inner
+    }
+
+    fn spawn_worker(&self) -> Result<(), DeviceError> {
+        let state = Arc::new(WorkerState {
+            steps: AtomicU64::new(0),
+            in_grid: AtomicUsize::new(0),
+            replaced: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+        });
+        let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
+        let (inner, me) = (self.inner.clone(), state.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("ringvisor-cpu-{index}"))
+            .spawn(move || {
+                worker(&inner, &me, index as usize);
+                me.left.store(true, Ordering::Release);
+            })
+            .map_err(|e| DeviceError::InvalidConfig(format!("cpu backend: cannot spawn worker: {e}")))?;
+        lock(&self.inner.workers).push(Watched { state, seen: 0, since: Instant::now() });
+        let mut threads = lock(&self.threads);
+        threads.retain(|t| !t.is_finished());
+        threads.push(handle);
+        Ok(())
+    }
+
+    /// Adds a device's grid to what the workers run.
+    pub(super) fn attach(&self, grid: Arc<CpuShared>) {
+        self.inner.grids.write().unwrap_or_else(|e| e.into_inner()).push(grid);
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        self.inner.parker.wake();
+    }
+
+    /// Takes a device's grid out: no worker starts a step of it after this returns, and none is in one unless a
+    /// step did not return by `deadline` (a behaviour that never returns: that worker is abandoned, and replaced).
+    pub(super) fn detach(&self, grid: &Arc<CpuShared>, deadline: Instant) {
+        grid.terminate.store(true, Ordering::SeqCst);
+        self.inner.grids.write().unwrap_or_else(|e| e.into_inner()).retain(|g| !Arc::ptr_eq(g, grid));
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        self.inner.parker.wake();
+        let address = Arc::as_ptr(grid) as usize;
+        // Dekker's pair with the worker's `in_grid` store and `terminate` load (SeqCst): either the worker sees
+        // the grid ended, or this sees the worker in it
+        let inside = || {
+            lock(&self.inner.workers)
+                .iter()
+                .any(|w| !w.state.left.load(Ordering::Acquire) && w.state.in_grid.load(Ordering::SeqCst) == address)
+        };
+        while inside() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if inside() {
+            tracing::error!(
+                "a cpu worker did not leave a device's step (a behaviour that never returns?): abandoned, the \
+                 device's memory kept for it, and a new worker started in its place"
+            );
+            self.tend_now(Duration::ZERO);
+        }
+    }
+
+    /// Replaces each worker that has been in one step for [`STUCK_AFTER`] (called every few milliseconds by the
+    /// pollers of the pool's devices).
+    pub(super) fn tend(&self) {
+        self.tend_now(STUCK_AFTER);
+    }
+
+    fn tend_now(&self, stuck_after: Duration) {
+        let now = Instant::now();
+        let mut stuck = 0;
+        {
+            let mut workers = lock(&self.inner.workers);
+            workers.retain(|w| !w.state.left.load(Ordering::Acquire));
+            for w in workers.iter_mut().filter(|w| !w.state.replaced.load(Ordering::Relaxed)) {
+                let steps = w.state.steps.load(Ordering::Relaxed);
+                if steps != w.seen || steps % 2 == 0 {
+                    (w.seen, w.since) = (steps, now);
+                } else if now.duration_since(w.since) >= stuck_after {
+                    w.state.replaced.store(true, Ordering::Relaxed);
+                    stuck += 1;
+                }
+            }
+        }
+        for _ in 0..stuck {
+            tracing::warn!(after = ?stuck_after, "a cpu worker is stuck in one step: starting another in its place");
+            if let Err(e) = self.spawn_worker() {
+                tracing::error!(error = %e, "cannot start a replacement cpu worker");
+            }
+        }
+    }
+
+    /// Devices in the pool.
+    pub(super) fn devices(&self) -> usize {
+        self.inner.grids.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.inner.terminate.store(true, Ordering::Release);
+        self.inner.parker.wake();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        let deadline = Instant::now() + super::WORKER_EXIT_WAIT;
+        for t in threads {
+            super::join_executor_thread_by(t, deadline);
+        }
+    }
+}
+
+fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
+    pool.key.slice_and_mode().enter();
+    let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
+        .yields(WORKER_YIELD_ROUNDS)
+        .latency_mode(pool.key.latency_mode);
+    let mut grids: Vec<Arc<CpuShared>> = Vec::new();
+    let mut seen_generation = u64::MAX;
+    let mut rotation = index;
+    while !pool.terminate.load(Ordering::Acquire) {
+        let generation = pool.generation.load(Ordering::Acquire);
+        if generation != seen_generation {
+            grids = pool.grids.read().unwrap_or_else(|e| e.into_inner()).clone();
+            seen_generation = generation;
+        }
+        let seen = pool.parker.epoch();
+        let mut outcome = PassOutcome::default();
+        for grid in &grids {
+            // Dekker's pair with `detach` (SeqCst): either it sees this worker in the grid, or this sees it ended.
+            me.in_grid.store(Arc::as_ptr(grid) as usize, Ordering::SeqCst);
+            if !grid.terminate.load(Ordering::SeqCst) {
+                outcome.add(grid.pass(me, rotation));
+            }
+            me.in_grid.store(0, Ordering::Release);
+            if me.replaced.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        rotation = rotation.wrapping_add(1);
+        if outcome.progress {
+            backoff.reset();
+        } else {
+            // a sender that marked a slot and saw no sleeper left its work for this check (see `mark_work`)
+            backoff.idle_unless(&pool.parker, seen, || grids.iter().any(|g| g.has_marked_work()));
+        }
+    }
+}
+
+impl PoolKey {
+    fn slice_and_mode(&self) -> HostThreads {
+        HostThreads { latency_mode: self.latency_mode, slice: self.slice }
+    }
+}
