@@ -14,7 +14,7 @@
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`. The
 //! workers are a pool shared by the process's CPU devices of the same settings (`cpu_pool.rs`).
 
-use super::cpu_pool::{Pool, PoolKey, WorkerState};
+use super::cpu_pool::{Pool, PoolGrid, PoolKey, WorkerState};
 use super::dirty_set::DirtySet;
 use super::region::HostRegion;
 use super::Executor;
@@ -60,7 +60,7 @@ unsafe impl Send for GridView {}
 unsafe impl Sync for GridView {}
 
 /// One device's grid as the pool's workers run it.
-pub(super) struct CpuShared {
+struct CpuShared {
     view: GridView,
     // The regions and the dispatch table must outlive every worker (dropped after `view`).
     _shared: HostRegion,
@@ -74,7 +74,7 @@ pub(super) struct CpuShared {
     summary_words: u32,
     config: CpuConfig,
     /// The device is shutting down: no worker starts a step of it ([`Pool::detach`]).
-    pub(super) terminate: AtomicBool,
+    terminate: AtomicBool,
     dirty: DirtySet,
     host_wake: Arc<dyn Fn() + Send + Sync>,
 }
@@ -169,23 +169,10 @@ const SLOTS_PER_WORD: u32 = 32;
 /// Run-set words per summary word (a bit each).
 const WORDS_PER_SUMMARY_WORD: u32 = 32;
 
-/// What a worker's pass over grids found.
-#[derive(Default)]
-pub(super) struct PassOutcome {
-    /// Some step made progress.
-    pub(super) progress: bool,
-}
-
-impl PassOutcome {
-    pub(super) fn add(&mut self, other: PassOutcome) {
-        self.progress |= other.progress;
-    }
-}
-
-impl CpuShared {
+impl PoolGrid for CpuShared {
     /// One worker's pass over this grid: block 0's step (if no other worker is running it), then each slot the
     /// run set marks. `rotation` varies where in the run set a worker starts.
-    pub(super) fn pass(&self, me: &WorkerState, rotation: usize) -> PassOutcome {
+    fn pass(&self, me: &WorkerState, rotation: usize) -> bool {
         let summary_words = self.summary_words as usize;
         let view = self.view.0 as *const RvGridView;
         let mut progress = 0u32;
@@ -244,13 +231,17 @@ impl CpuShared {
         if publish {
             (self.host_wake)();
         }
-        PassOutcome { progress: progress & RV_STEP_PROGRESS != 0 }
+        progress & RV_STEP_PROGRESS != 0
     }
 
     /// Whether the run set marks any slot (a worker about to park looks once more).
-    pub(super) fn has_marked_work(&self) -> bool {
+    fn has_marked_work(&self) -> bool {
         // SAFETY: i < summary_words; the view is valid while `self` lives.
         (0..self.summary_words).any(|i| unsafe { ffi::rv_cpu_summary(self.view.0, i) } != 0)
+    }
+
+    fn terminating(&self) -> &AtomicBool {
+        &self.terminate
     }
 }
 
@@ -284,7 +275,8 @@ impl Executor for CpuExecutor {
             return;
         }
         // A worker stuck in a behaviour is abandoned after the wait: it holds an Arc of the regions it uses.
-        self.pool.detach(&self.shared, std::time::Instant::now() + super::WORKER_EXIT_WAIT);
+        let grid: Arc<dyn PoolGrid> = self.shared.clone();
+        self.pool.detach(&grid, std::time::Instant::now() + super::WORKER_EXIT_WAIT);
     }
 
     fn tend(&self) {

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::cpu::{CpuShared, PassOutcome};
 use crate::error::DeviceError;
 use crate::sync::lock;
 use crate::wait::{HostThreads, IdleBackoff, Parker};
@@ -27,6 +26,23 @@ pub(super) const STUCK_AFTER: Duration = Duration::from_millis(200);
 /// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
 /// as spinning on an idle machine; its core given away on a busy one).
 const WORKER_YIELD_ROUNDS: u32 = 64;
+
+/// A device's grid as the pool's workers see it (the CPU executor's `CpuShared`).
+pub(super) trait PoolGrid: Send + Sync {
+    /// One worker's pass over the grid; true if a step made progress. `rotation` varies where a worker starts.
+    fn pass(&self, me: &WorkerState, rotation: usize) -> bool;
+    /// Whether the grid has work marked (a worker about to park looks once more).
+    fn has_marked_work(&self) -> bool;
+    /// Set when the device shuts down: no worker starts a step of it ([`Pool::detach`]).
+    fn terminating(&self) -> &AtomicBool;
+}
+
+type Grid = Arc<dyn PoolGrid>;
+
+/// The address that identifies a grid.
+fn address(grid: &Grid) -> usize {
+    Arc::as_ptr(grid) as *const () as usize
+}
 
 /// What devices must share to share a pool.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,7 +66,7 @@ pub(super) struct Pool {
 /// What the pool's workers share.
 pub(super) struct PoolInner {
     key: PoolKey,
-    grids: RwLock<Vec<Arc<CpuShared>>>,
+    grids: RwLock<Vec<Grid>>,
     /// Moves whenever `grids` changes: a worker re-reads the list then.
     generation: AtomicU64,
     pub(super) parker: Parker,
@@ -148,7 +164,7 @@ impl Pool {
     }
 
     /// Adds a device's grid to what the workers run.
-    pub(super) fn attach(&self, grid: Arc<CpuShared>) {
+    pub(super) fn attach(&self, grid: Grid) {
         self.inner.grids.write().unwrap_or_else(|e| e.into_inner()).push(grid);
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         self.inner.parker.wake();
@@ -156,12 +172,12 @@ impl Pool {
 
     /// Takes a device's grid out: no worker starts a step of it after this returns, and none is in one unless a
     /// step did not return by `deadline` (a behaviour that never returns: that worker is abandoned, and replaced).
-    pub(super) fn detach(&self, grid: &Arc<CpuShared>, deadline: Instant) {
-        grid.terminate.store(true, Ordering::SeqCst);
-        self.inner.grids.write().unwrap_or_else(|e| e.into_inner()).retain(|g| !Arc::ptr_eq(g, grid));
+    pub(super) fn detach(&self, grid: &Grid, deadline: Instant) {
+        grid.terminating().store(true, Ordering::SeqCst);
+        let address = address(grid);
+        self.inner.grids.write().unwrap_or_else(|e| e.into_inner()).retain(|g| self::address(g) != address);
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         self.inner.parker.wake();
-        let address = Arc::as_ptr(grid) as usize;
         // Dekker's pair with the worker's `in_grid` store and `terminate` load (SeqCst): either the worker sees
         // the grid ended, or this sees the worker in it
         let inside = || {
@@ -234,7 +250,7 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
         .yields(WORKER_YIELD_ROUNDS)
         .latency_mode(pool.key.latency_mode);
-    let mut grids: Vec<Arc<CpuShared>> = Vec::new();
+    let mut grids: Vec<Grid> = Vec::new();
     let mut seen_generation = u64::MAX;
     let mut rotation = index;
     while !pool.terminate.load(Ordering::Acquire) {
@@ -244,12 +260,12 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
             seen_generation = generation;
         }
         let seen = pool.parker.epoch();
-        let mut outcome = PassOutcome::default();
+        let mut progress = false;
         for grid in &grids {
             // Dekker's pair with `detach` (SeqCst): either it sees this worker in the grid, or this sees it ended.
-            me.in_grid.store(Arc::as_ptr(grid) as usize, Ordering::SeqCst);
-            if !grid.terminate.load(Ordering::SeqCst) {
-                outcome.add(grid.pass(me, rotation));
+            me.in_grid.store(address(grid), Ordering::SeqCst);
+            if !grid.terminating().load(Ordering::SeqCst) {
+                progress |= grid.pass(me, rotation);
             }
             me.in_grid.store(0, Ordering::Release);
             if me.replaced.load(Ordering::Relaxed) {
@@ -257,7 +273,7 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
             }
         }
         rotation = rotation.wrapping_add(1);
-        if outcome.progress {
+        if progress {
             backoff.reset();
         } else {
             // a sender that marked a slot and saw no sleeper left its work for this check (see `mark_work`)
