@@ -107,6 +107,33 @@ impl Envelope {
         Ok(Self::to_actor_unchecked(destination, correlation, payload, want_reply))
     }
 
+    /// The raw form of [`Envelope::to_actor_unchecked`] with an HLC stamp, written straight into a
+    /// `RawEnvelope` (a send's path: the payload copied once, where building the `Envelope` and then its raw form
+    /// copied it twice and made the second copy wait on the first's stores, a third of a batched send's time).
+    /// `inline` is the payload if it fits one envelope, empty otherwise (a large one goes to the bulk area).
+    pub(crate) fn raw_to_actor(
+        destination: u32,
+        correlation: u64,
+        inline: &[u8],
+        want_reply: bool,
+        hlc: u64,
+    ) -> RawEnvelope {
+        let len = inline.len().min(PAYLOAD_BYTES);
+        let mut payload = [0u8; PAYLOAD_BYTES];
+        payload[..len].copy_from_slice(&inline[..len]);
+        RawEnvelope {
+            kind: RV_KIND_USER as u8,
+            flags: if want_reply { 0 } else { RV_FLAG_NO_REPLY as u8 },
+            payload_len: len as u16,
+            source: RV_HOST_ENDPOINT,
+            destination,
+            generation: 0,
+            correlation,
+            hlc,
+            payload,
+        }
+    }
+
     /// A host-to-actor envelope for a payload of any length (the caller checked it against the device's limit).
     pub(crate) fn to_actor_unchecked(destination: u32, correlation: u64, payload: &[u8], want_reply: bool) -> Self {
         Self {
@@ -337,4 +364,27 @@ pub fn check_payload(payload: &[u8]) -> Result<(), DeviceError> {
         return Err(DeviceError::PayloadTooLarge { len: payload.len(), max: PAYLOAD_BYTES });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The send path's direct raw envelope is the one built through `Envelope` (header, length, payload, stamp).
+    #[test]
+    fn a_raw_envelope_built_directly_is_the_envelopes_raw_form() {
+        for len in [0, 1, 5, 64, PAYLOAD_BYTES] {
+            let payload: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(7).wrapping_add(1)).collect();
+            for want_reply in [false, true] {
+                let direct = Envelope::raw_to_actor(3, 99, &payload, want_reply, 0xABCD_0000);
+                let mut built = Envelope::to_actor_unchecked(3, 99, &payload, want_reply).to_raw();
+                built.hlc = 0xABCD_0000;
+                let fields = |r: &RawEnvelope| {
+                    (r.kind, r.flags, r.payload_len, r.source, r.destination, r.generation, r.correlation, r.hlc)
+                };
+                assert_eq!(fields(&direct), fields(&built), "len {len}, reply {want_reply}");
+                assert_eq!(direct.payload, built.payload, "len {len}, reply {want_reply}");
+            }
+        }
+    }
 }
