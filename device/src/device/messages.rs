@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::Device;
 use crate::behaviour::BehaviourId;
 use crate::error::DeviceError;
-use crate::layout::RV_KIND_STATE;
+use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::{lock, Completion};
 use crate::wait::Retry;
@@ -66,8 +66,7 @@ impl Device {
             let correlation = next;
             next += 1;
             // a large payload is not copied into an envelope first: it goes straight to the bulk area
-            let inline = if payload.len() <= PAYLOAD_BYTES { payload } else { &[] };
-            Envelope::raw_to_actor(slot, correlation, inline, false, hlc)
+            Envelope::raw_to_actor(slot, correlation, inline_part(payload), false, hlc)
         };
         match inner.write_inbox(slot, payloads, envelope, |_| {})? {
             0 => Err(DeviceError::InboxFull { slot }),
@@ -211,9 +210,10 @@ impl Device {
         }
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         // the request's payload is the length wanted (rv_state_read_len); the reply is that prefix
-        let mut env = Envelope::to_actor_unchecked(slot, correlation, &(len as u32).to_le_bytes(), true);
-        env.kind = RV_KIND_STATE as u8;
-        self.start_call_with(slot, correlation, env, deadline)
+        let request = (len as u32).to_le_bytes();
+        let mut raw = Envelope::raw_to_actor(slot, correlation, &request, true, 0);
+        raw.kind = RV_KIND_STATE as u8;
+        self.start_call_with(slot, correlation, raw, &request, deadline)
     }
 
     pub(super) fn start_call(
@@ -235,22 +235,23 @@ impl Device {
     ) -> Result<(u64, CallWaiter), DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let mut env = Envelope::to_actor_unchecked(slot, correlation, payload, true);
-        env.flags |= flags;
-        self.start_call_with(slot, correlation, env, deadline)
+        let mut raw = Envelope::raw_to_actor(slot, correlation, inline_part(payload), true, 0);
+        raw.flags |= flags;
+        self.start_call_with(slot, correlation, raw, payload, deadline)
     }
 
-    /// Registers the waiter of `env` (correlation `correlation`), then writes it.
+    /// Registers the waiter of the call `raw` (correlation `correlation`, payload `payload`), then writes it.
     fn start_call_with(
         &self,
         slot: u32,
         correlation: u64,
-        env: Envelope,
+        raw: RawEnvelope,
+        payload: &[u8],
         deadline: Instant,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         let waiter = Arc::new(Completion::new());
         lock(&self.inner.calls).insert(correlation, waiter.clone());
-        if let Err(e) = self.write_envelope(slot, env, Some(deadline)) {
+        if let Err(e) = self.write_raw(slot, raw, payload, Some(deadline)) {
             lock(&self.inner.calls).remove(&correlation);
             return Err(e);
         }
@@ -282,8 +283,8 @@ impl Device {
     ) -> Result<u64, DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let env = Envelope::to_actor_unchecked(slot, correlation, payload, want_reply);
-        self.write_envelope(slot, env, deadline)?;
+        let raw = Envelope::raw_to_actor(slot, correlation, inline_part(payload), want_reply, 0);
+        self.write_raw(slot, raw, payload, deadline)?;
         Ok(correlation)
     }
 
@@ -300,14 +301,26 @@ impl Device {
         env: Envelope,
         deadline: Option<Instant>,
     ) -> Result<(), DeviceError> {
+        self.write_raw(slot, env.to_raw(), env.payload(), deadline)
+    }
+
+    /// Writes the envelope `raw` of the message whose payload is `payload` (in `raw` already if it fits one
+    /// envelope, into the bulk area otherwise) into `slot`'s inbox, stamped with the host's HLC, waiting until
+    /// `deadline` for room.
+    fn write_raw(
+        &self,
+        slot: u32,
+        mut raw: RawEnvelope,
+        payload: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
         let inner = &self.inner;
-        let mut raw = env.to_raw();
         let mut retry = Retry::new(Duration::from_micros(20));
         loop {
             raw.hlc = host_hlc();
-            if inner.try_write(slot, raw, env.payload(), || {})? {
+            if inner.try_write(slot, raw, payload, || {})? {
                 return Ok(());
             }
             inner.executor.wake();
@@ -315,6 +328,16 @@ impl Device {
                 return Err(DeviceError::InboxFull { slot });
             }
         }
+    }
+}
+
+/// What of `payload` travels in its envelope: all of it if it fits, nothing otherwise (a large payload goes to
+/// the bulk area).
+fn inline_part(payload: &[u8]) -> &[u8] {
+    if payload.len() <= PAYLOAD_BYTES {
+        payload
+    } else {
+        &[]
     }
 }
 
