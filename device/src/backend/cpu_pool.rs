@@ -76,8 +76,8 @@ pub(super) struct PoolInner {
     next_index: AtomicU32,
 }
 
-/// A worker's progress, each field written by the worker alone (its own cache line: no other worker's pass
-/// writes it).
+/// A worker's progress, on a cache line of its own (no other worker's pass writes it); written by the worker
+/// alone but for `replaced`, which `tend` sets.
 #[repr(align(128))]
 pub(super) struct WorkerState {
     /// Steps begun and ended: odd while the worker is in a step.
