@@ -113,7 +113,13 @@ mod tests {
             let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }.clamp(-20, 18) + 1;
             // SAFETY: as above.
             assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) }, 0);
-            assert!(request_thread_slice(Duration::from_micros(300)));
+            if !request_thread_slice(Duration::from_micros(300)) {
+                // only a sandbox that forbids the call (seccomp: EPERM) or a kernel without it may refuse
+                let refusal = std::io::Error::last_os_error().raw_os_error();
+                assert!(matches!(refusal, Some(libc::EPERM | libc::ENOSYS)), "refused with {refusal:?}");
+                eprintln!("sched_setattr refused here ({refusal:?}): nothing more to check");
+                return;
+            }
             // SAFETY: as above.
             assert_eq!(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, nice, "the nice value is kept");
             // SAFETY: sched_getscheduler of the calling thread.
@@ -132,7 +138,12 @@ mod tests {
         std::thread::spawn(|| {
             let param = libc::sched_param { sched_priority: 0 };
             // SAFETY: sets the calling thread's policy to SCHED_BATCH (allowed unprivileged) with a valid param.
-            assert_eq!(unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) }, 0);
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+                let refusal = std::io::Error::last_os_error().raw_os_error();
+                assert_eq!(refusal, Some(libc::EPERM), "only a sandbox may refuse SCHED_BATCH");
+                eprintln!("sched_setscheduler refused here: nothing to check");
+                return;
+            }
             assert!(!request_thread_slice(DEFAULT_THREAD_SLICE));
             // SAFETY: sched_getscheduler of the calling thread.
             assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_BATCH);
