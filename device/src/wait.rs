@@ -11,7 +11,7 @@ use crate::sync::lock;
 
 /// How a device's own host threads (the CPU backend's workers, the poller, the WebGPU executor) wait and are
 /// scheduled, from its [`DeviceConfig`](crate::DeviceConfig).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HostThreads {
     /// Never park when idle (the latency mode).
     pub(crate) latency_mode: bool,

@@ -145,8 +145,7 @@ impl CpuExecutor {
             workers: config.workers,
             spin_sweeps: config.spin_sweeps,
             park_max: config.park_max,
-            latency_mode: threads.latency_mode,
-            slice: threads.slice,
+            threads,
         })?;
         pool.attach(inner.clone());
         tracing::debug!(workers = config.workers, slot_count, devices = pool.devices(), "cpu backend started");

@@ -50,8 +50,8 @@ pub(super) struct PoolKey {
     pub(super) workers: usize,
     pub(super) spin_sweeps: u32,
     pub(super) park_max: Duration,
-    pub(super) latency_mode: bool,
-    pub(super) slice: Option<Duration>,
+    /// The latency mode and the thread slice.
+    pub(super) threads: HostThreads,
 }
 
 /// The pools of this process (a pool is dropped with the last device that uses it).
@@ -246,10 +246,10 @@ impl Drop for Pool {
 }
 
 fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
-    pool.key.slice_and_mode().enter();
+    pool.key.threads.enter();
     let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
         .yields(WORKER_YIELD_ROUNDS)
-        .latency_mode(pool.key.latency_mode);
+        .latency_mode(pool.key.threads.latency_mode);
     let mut grids: Vec<Grid> = Vec::new();
     let mut seen_generation = u64::MAX;
     let mut rotation = index;
@@ -279,11 +279,5 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
             // a sender that marked a slot and saw no sleeper left its work for this check (see `mark_work`)
             backoff.idle_unless(&pool.parker, seen, || grids.iter().any(|g| g.has_marked_work()));
         }
-    }
-}
-
-impl PoolKey {
-    fn slice_and_mode(&self) -> HostThreads {
-        HostThreads { latency_mode: self.latency_mode, slice: self.slice }
     }
 }
