@@ -110,27 +110,28 @@ impl Envelope {
     /// The raw form of [`Envelope::to_actor_unchecked`] with an HLC stamp, written straight into a
     /// `RawEnvelope` (a send's path: the payload copied once, where building the `Envelope` and then its raw form
     /// copied it twice and made the second copy wait on the first's stores, a third of a batched send's time).
-    /// `inline` is the payload if it fits one envelope, empty otherwise (a large one goes to the bulk area).
+    /// A payload that does not fit one envelope leaves it empty, as [`Envelope::to_raw`] does (its bytes go to
+    /// the bulk area).
     pub(crate) fn raw_to_actor(
         destination: u32,
         correlation: u64,
-        inline: &[u8],
+        payload: &[u8],
         want_reply: bool,
         hlc: u64,
     ) -> RawEnvelope {
-        let len = inline.len().min(PAYLOAD_BYTES);
-        let mut payload = [0u8; PAYLOAD_BYTES];
-        payload[..len].copy_from_slice(&inline[..len]);
+        let inline = if payload.len() <= PAYLOAD_BYTES { payload } else { &[] };
+        let mut bytes = [0u8; PAYLOAD_BYTES];
+        bytes[..inline.len()].copy_from_slice(inline);
         RawEnvelope {
             kind: RV_KIND_USER as u8,
             flags: if want_reply { 0 } else { RV_FLAG_NO_REPLY as u8 },
-            payload_len: len as u16,
+            payload_len: inline.len() as u16,
             source: RV_HOST_ENDPOINT,
             destination,
             generation: 0,
             correlation,
             hlc,
-            payload,
+            payload: bytes,
         }
     }
 
@@ -373,8 +374,8 @@ mod tests {
     /// The send path's direct raw envelope is the one built through `Envelope` (header, length, payload, stamp).
     #[test]
     fn a_raw_envelope_built_directly_is_the_envelopes_raw_form() {
-        for len in [0, 1, 5, 64, PAYLOAD_BYTES] {
-            let payload: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(7).wrapping_add(1)).collect();
+        for len in [0, 1, 5, 64, PAYLOAD_BYTES, PAYLOAD_BYTES + 1, 4096] {
+            let payload: Vec<u8> = (0..len).map(|b| (b as u8).wrapping_mul(7).wrapping_add(1)).collect();
             for want_reply in [false, true] {
                 let direct = Envelope::raw_to_actor(3, 99, &payload, want_reply, 0xABCD_0000);
                 let mut built = Envelope::to_actor_unchecked(3, 99, &payload, want_reply).to_raw();

@@ -66,7 +66,7 @@ impl Device {
             let correlation = next;
             next += 1;
             // a large payload is not copied into an envelope first: it goes straight to the bulk area
-            Envelope::raw_to_actor(slot, correlation, inline_part(payload), false, hlc)
+            Envelope::raw_to_actor(slot, correlation, payload, false, hlc)
         };
         match inner.write_inbox(slot, payloads, envelope, |_| {})? {
             0 => Err(DeviceError::InboxFull { slot }),
@@ -235,7 +235,7 @@ impl Device {
     ) -> Result<(u64, CallWaiter), DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let mut raw = Envelope::raw_to_actor(slot, correlation, inline_part(payload), true, 0);
+        let mut raw = Envelope::raw_to_actor(slot, correlation, payload, true, 0);
         raw.flags |= flags;
         self.start_call_with(slot, correlation, raw, payload, deadline)
     }
@@ -283,7 +283,7 @@ impl Device {
     ) -> Result<u64, DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
-        let raw = Envelope::raw_to_actor(slot, correlation, inline_part(payload), want_reply, 0);
+        let raw = Envelope::raw_to_actor(slot, correlation, payload, want_reply, 0);
         self.write_raw(slot, raw, payload, deadline)?;
         Ok(correlation)
     }
@@ -328,16 +328,6 @@ impl Device {
                 return Err(DeviceError::InboxFull { slot });
             }
         }
-    }
-}
-
-/// What of `payload` travels in its envelope: all of it if it fits, nothing otherwise (a large payload goes to
-/// the bulk area).
-fn inline_part(payload: &[u8]) -> &[u8] {
-    if payload.len() <= PAYLOAD_BYTES {
-        payload
-    } else {
-        &[]
     }
 }
 
