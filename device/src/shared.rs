@@ -355,6 +355,13 @@ impl SharedGrid {
         unsafe { load_u32(addr_of_mut!((*self.header()).event_tail), Ordering::Acquire) }
     }
 
+    /// Whether block 0 published events the host has not read yet (its tail past the head the host released).
+    pub(crate) fn events_unread(&self) -> bool {
+        // SAFETY: aligned fields of the live header (the head is the host's own, read back).
+        let head = unsafe { load_u32(addr_of_mut!((*self.header()).event_head), Ordering::Relaxed) };
+        self.event_tail() != head
+    }
+
     /// Releases event records up to `head` back to block 0 (the caller is the single event consumer).
     pub(crate) fn release_events(&self, head: u32) {
         // SAFETY: aligned, host-owned field of the live header.

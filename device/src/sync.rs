@@ -3,6 +3,7 @@
 //! std's cannot be awaited; these do both); and the crate's one lock helper.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -16,6 +17,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A value delivered once.
 pub(crate) struct Completion<T> {
     slot: Mutex<Delivery<T>>,
+    /// A value is (or was) delivered: read without the lock by a waiter that polls ([`Completion::try_take`]),
+    /// so a poll round with nothing delivered writes no shared line.
+    delivered: AtomicBool,
     cond: Condvar,
     notify: Notify,
 }
@@ -30,7 +34,12 @@ struct Delivery<T> {
 
 impl<T> Completion<T> {
     pub(crate) fn new() -> Self {
-        Self { slot: Mutex::new(Delivery { value: None, blocked: 0 }), cond: Condvar::new(), notify: Notify::new() }
+        Self {
+            slot: Mutex::new(Delivery { value: None, blocked: 0 }),
+            delivered: AtomicBool::new(false),
+            cond: Condvar::new(),
+            notify: Notify::new(),
+        }
     }
 
     /// Delivers the value (a second delivery replaces an unread first one; callers deliver once).
@@ -38,6 +47,7 @@ impl<T> Completion<T> {
         let blocked = {
             let mut slot = lock(&self.slot);
             slot.value = Some(value);
+            self.delivered.store(true, Ordering::Release);
             slot.blocked
         };
         if blocked > 0 {
@@ -47,8 +57,11 @@ impl<T> Completion<T> {
         self.notify.notify_one();
     }
 
-    /// Takes the value if it has been delivered.
+    /// Takes the value if it has been delivered (the lock is taken only once it has).
     pub(crate) fn try_take(&self) -> Option<T> {
+        if !self.delivered.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.slot).value.take()
     }
 

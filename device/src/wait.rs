@@ -90,6 +90,11 @@ impl Parker {
     }
 }
 
+/// Pauses of one spinning round of [`IdleBackoff`]: few, since the thread looks for work between two rounds
+/// (a pause is about 10 ns on recent Intel cores: 32 of them made work that arrived wait 160 ns on average
+/// before the look that found it).
+const PAUSES_PER_SPIN: u32 = 8;
+
 /// Adaptive backoff of a thread with nothing to do: spin, then yield, then park with a growing timeout (up to
 /// `park_max`). Reset it whenever the thread finds work.
 pub(crate) struct IdleBackoff {
@@ -136,7 +141,7 @@ impl IdleBackoff {
     pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= self.spin {
-            for _ in 0..32 {
+            for _ in 0..PAUSES_PER_SPIN {
                 std::hint::spin_loop();
             }
         } else if self.never_park || self.idle <= self.spin.saturating_add(self.yields) {

@@ -105,6 +105,44 @@ fn the_latency_mode_answers_restarts_and_shuts_down_as_without_it() {
     assert!(matches!(d.call(1, &1i64.to_le_bytes(), T), Err(DeviceError::Closed)));
 }
 
+/// Callers of one slot read its outbox themselves while they wait, each taking its own reply from it: with
+/// several threads calling one echo actor at once (and, in the latency mode, the caller's read racing the
+/// device's threads) each call gets its own payload back, and replies of posts to the same slot, read from the
+/// same outbox by those callers, all reach `replies()`, none taken for a call's.
+fn callers_of_one_slot_each_get_their_own_reply_and_posts_go_to_replies() {
+    for latency_mode in [false, true] {
+        let d = open_with(DeviceConfig::default().slots(2).latency_mode(latency_mode));
+        d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+        const CALLERS: u32 = 3;
+        const CALLS: u32 = 300;
+        const POSTS: u32 = 200;
+        let posted: Vec<u64> = std::thread::scope(|s| {
+            for caller in 0..CALLERS {
+                let d = &d;
+                s.spawn(move || {
+                    for i in 0..CALLS {
+                        let payload = [caller.to_le_bytes(), i.to_le_bytes()].concat();
+                        let reply = d.call(0, &payload, T).unwrap();
+                        assert_eq!(reply.payload().unwrap(), &payload[..], "caller {caller}, call {i}");
+                    }
+                });
+            }
+            let poster =
+                s.spawn(|| (0..POSTS).map(|i| d.post(0, &(1_000_000 + i).to_le_bytes(), T).unwrap()).collect());
+            poster.join().unwrap()
+        });
+        let mut answered: Vec<u64> = (0..POSTS)
+            .map(|_| d.replies().recv_timeout(T).expect("every post's reply reaches replies()").correlation)
+            .collect();
+        answered.sort_unstable();
+        let mut expected = posted.clone();
+        expected.sort_unstable();
+        assert_eq!(answered, expected, "latency mode {latency_mode}");
+        assert!(d.replies().try_recv().is_none(), "no call's reply strayed to replies() (latency mode {latency_mode})");
+        d.shutdown();
+    }
+}
+
 /// A traced call answers as a plain one and says where its time went: host stamps in order, and (where the device
 /// code records them: not on WebGPU) the device's four in order, the hops adding up to the whole call. Calls beside
 /// it are not traced, and a refused payload is refused as by `call`.
@@ -165,6 +203,7 @@ fn a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run() {
 
 on_every_backend!(
     a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run,
+    callers_of_one_slot_each_get_their_own_reply_and_posts_go_to_replies,
     a_traced_call_is_answered_and_measured_hop_by_hop,
     the_latency_mode_answers_restarts_and_shuts_down_as_without_it,
     pod_payloads_go_zero_copy_both_ways,

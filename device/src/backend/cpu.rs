@@ -34,8 +34,8 @@ pub struct CpuConfig {
     pub workers: usize,
     /// Most messages an actor processes per step.
     pub budget: u32,
-    /// Empty sweeps a worker spins through before it yields (default 8: a few microseconds; a worker that spins
-    /// longer keeps a core from the threads that give it work when the machine's cores are busy).
+    /// Empty sweeps a worker spins through before it yields (default 32: a few microseconds; a worker that
+    /// spins longer keeps a core from the threads that give it work when the machine's cores are busy).
     pub spin_sweeps: u32,
     /// Longest park of an idle worker.
     pub park_max: Duration,
@@ -46,7 +46,7 @@ impl Default for CpuConfig {
         Self {
             workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             budget: 64,
-            spin_sweeps: 8,
+            spin_sweeps: 32,
             park_max: Duration::from_millis(10),
         }
     }
@@ -253,6 +253,13 @@ impl Executor for CpuExecutor {
         self.pool.inner().parker.wake();
     }
 
+    fn outbox_read(&self) {
+        // Nothing waits for outbox room here: an actor that found none (a stalled step) leaves its slot marked in
+        // the run set (rv_cpu_run_slot marks again a step that did not end quiet), so no worker parks while one
+        // waits, and block 0 leaves what does not fit queued. (The wake-up was a read-modify-write of the line
+        // every idle worker reads, on the path of each reply.)
+    }
+
     fn mark_work(&self, slot: u32) {
         // SAFETY: the view is valid while the executor lives; the C side checks the slot.
         let marked = unsafe { ffi::rv_cpu_mark_work(self.shared.view.0, slot) } != 0;
@@ -267,6 +274,10 @@ impl Executor for CpuExecutor {
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool {
         self.shared.dirty.drain(mark);
         true
+    }
+
+    fn may_have_dirty_slots(&self) -> bool {
+        self.shared.dirty.any_marked()
     }
 
     fn shutdown(&self) {

@@ -122,6 +122,10 @@ pub(crate) trait Executor: Send + Sync {
         let _ = slot;
         self.wake();
     }
+    /// The host read cells of an outbox, whose room is the device's again: wake whatever waits for that room.
+    fn outbox_read(&self) {
+        self.wake();
+    }
     /// Whether the device code records traced messages (`RV_FLAG_TRACE`, [`crate::Device::trace_call`]): the
     /// CPU and CUDA backends run `kernels/`' C, which does; the WebGPU program does not (WGSL has no clock).
     fn records_traces(&self) -> bool {
@@ -130,6 +134,11 @@ pub(crate) trait Executor: Send + Sync {
     /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
     /// caller). False if the executor cannot tell: the poller sweeps every slot.
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
+    /// Whether [`Executor::dirty_slots`] may have slots to report now: false only when it surely has none (a
+    /// caller waiting for a reply skips the whole poll then). Executors that cannot tell cheaply say true.
+    fn may_have_dirty_slots(&self) -> bool {
+        true
+    }
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
     /// Looked at every few milliseconds by the device's poller: the CPU backend replaces a worker stuck in a

@@ -42,7 +42,7 @@ impl PendingCommand {
 
     /// Polls the device in the poller's place for a short while (see `DeviceInner::assist`).
     pub(super) fn assisted(&self, deadline: Instant) -> Option<Result<SlotEvent, DeviceError>> {
-        self.device.upgrade().and_then(|d| d.assist(&self.completion, deadline, None))
+        self.device.upgrade().and_then(|d| d.assist(&self.completion, deadline))
     }
 
     /// Waits for the outcome from sync code.

@@ -106,7 +106,7 @@ impl Device {
     ) -> Result<Reply, DeviceError> {
         let deadline = Instant::now() + timeout;
         let (correlation, waiter) = start(deadline)?;
-        let out = match self.assist_until_answered(&waiter, deadline, slot) {
+        let out = match self.assist_until_answered(&waiter, deadline, slot, correlation) {
             Some(out) => Some(out),
             None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
         };
@@ -135,22 +135,23 @@ impl Device {
                 other => break other?,
             }
         };
-        let out = match self.assist_until_answered(&waiter, deadline, slot) {
+        let out = match self.assist_until_answered(&waiter, deadline, slot, correlation) {
             Some(out) => Some(out),
             None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
         };
         self.finish_call(correlation, out)
     }
 
-    /// Polls in the poller's place until the call's answer comes or a short while has passed (`slot`: the actor
-    /// called, whose outbox the answer usually comes through).
+    /// Polls in the poller's place until the answer of the call `correlation` comes or a short while has
+    /// passed (`slot`: the actor called, whose outbox the answer usually comes through).
     pub(super) fn assist_until_answered(
         &self,
         waiter: &CallWaiter,
         deadline: Instant,
         slot: u32,
+        correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
-        self.inner.assist(waiter, deadline, Some(slot))
+        self.inner.assist_call(waiter, deadline, slot, correlation)
     }
 
     /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the

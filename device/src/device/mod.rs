@@ -57,6 +57,7 @@ pub use subscribers::EventHook;
 pub use trace::{CallTrace, DeviceStamps};
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -88,8 +89,8 @@ pub(crate) struct DeviceInner {
     command_timeout: Duration,
     next_cmd_id: AtomicU64,
     next_correlation: AtomicU64,
-    commands: Mutex<HashMap<u64, CommandWaiter>>,
-    calls: Mutex<HashMap<u64, CallWaiter>>,
+    commands: Mutex<IdMap<CommandWaiter>>,
+    calls: Mutex<IdMap<CallWaiter>>,
     replies: Stream<Reply>,
     subscribers: Mutex<Subscribers>,
     poller_bell: Arc<poll::PollerBell>,
@@ -159,8 +160,8 @@ impl Device {
             command_timeout: config.command_timeout,
             next_cmd_id: AtomicU64::new(1),
             next_correlation: AtomicU64::new(1),
-            commands: Mutex::new(HashMap::new()),
-            calls: Mutex::new(HashMap::new()),
+            commands: Mutex::new(IdMap::default()),
+            calls: Mutex::new(IdMap::default()),
             replies: Stream::new(),
             subscribers: Mutex::new(Subscribers::default()),
             poller_bell,
@@ -248,6 +249,32 @@ impl DeviceInner {
 impl Drop for DeviceInner {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// A map keyed by the device's own ids (commands' and calls' correlation ids): unique, mostly sequential numbers
+/// no one else chooses, so SipHash's guard against chosen keys buys nothing, and its cost was on every call's
+/// path twice (the waiter's insert and removal).
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// [`IdMap`]'s hash: one multiplication by the golden ratio's 64-bit constant (high bits well mixed, as
+/// hashbrown's tags need).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::routing::{self, RouteStep};
 use super::DeviceInner;
 use crate::bulk;
+use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
@@ -36,14 +37,24 @@ pub(super) const ASSIST_SPIN: Duration = Duration::from_micros(50);
 /// that on a machine whose cores are busy the threads that produce the answer (a CPU backend's worker, the
 /// poller) get the core it would spin on (an answer usually comes within a few microseconds on an idle one).
 pub(super) const ASSIST_BUSY: Duration = Duration::from_micros(4);
-/// A caller waiting for its own slot's reply polls the whole device once every this many rounds, its own outbox
-/// in the others ([`DeviceInner::assist`]).
-const ASSIST_FULL_POLL_EVERY: u32 = 4;
+/// A caller waiting for its own slot's reply polls the whole device when the device published something else,
+/// and regardless once every this many spinning rounds (each about the cost of one load of its slot's outbox
+/// tail), and in every yielding round ([`DeviceInner::assist_call`]).
+const ASSIST_FULL_POLL_EVERY: u32 = 64;
+/// A waiting caller reads the clock once every this many spinning rounds (a clock read costs more than a round).
+const ASSIST_CLOCK_EVERY: u32 = 8;
+
+/// The reply a caller polling its own slot's outbox waits for ([`DeviceInner::assist_call`]), and, once read,
+/// its answer.
+pub(super) struct OwnReply {
+    correlation: u64,
+    answer: Option<Result<Reply, DeviceError>>,
+}
 
 /// Idle rounds the poller spins through before it yields: few, since a caller waiting for a reply polls in its
 /// place ([`DeviceInner::assist`]), and a poller spinning for long kept a busy machine's last free core from
 /// the threads that produce the reply (a call took 74-160 µs beside one busy core, 11 µs with these values).
-const POLLER_SPIN_ROUNDS: u32 = 4;
+const POLLER_SPIN_ROUNDS: u32 = 16;
 /// Idle rounds it then yields through before it parks: as quick to see an event as spinning on an idle machine
 /// (a parked poller costs a wake-up), polite on a busy one.
 const POLLER_YIELD_ROUNDS: u32 = 256;
@@ -149,38 +160,100 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
 }
 
 impl DeviceInner {
-    /// Polls the device in the poller's place for a short while (an answer through a running kernel usually
-    /// comes within it), so the answer does not wait for the poller thread to wake. A caller whose answer
-    /// comes from `own_slot`'s outbox reads that outbox itself in most rounds ([`DeviceInner::poll_slot`]: the
-    /// reply is there before the executor's word that the slot has replies, a GPU block's doorbell, rung after
-    /// its sweep), and polls the whole device in the others (an answer forwarded from elsewhere), and the other
-    /// devices of its router (a call its actor forwarded to another device is answered from there).
-    pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant, own_slot: Option<u32>) -> Option<T> {
+    /// Polls the whole device in the poller's place for a short while (an answer through a running kernel
+    /// usually comes within it), so the answer does not wait for the poller thread to wake: a command's outcome
+    /// (block 0's event), or anything else whose answer may come from any slot or any device of the router.
+    pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
+        self.assist_with(completion, deadline, |device, _| {
+            device.poll_whole();
+            None
+        })
+    }
+
+    /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
+    /// outbox tail itself (a load of a line the device writes) and reads the outbox only when the tail moved,
+    /// taking its own reply straight from the cell, without its waiter's hand-off (the reply is there before
+    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). Every few
+    /// rounds, and every round once it yields, it polls the whole device and the other devices of its router
+    /// (an answer forwarded from elsewhere, an event that ends the call).
+    pub(super) fn assist_call(
+        &self,
+        waiter: &Completion<Result<Reply, DeviceError>>,
+        deadline: Instant,
+        slot: u32,
+        correlation: u64,
+    ) -> Option<Result<Reply, DeviceError>> {
+        if slot >= self.grid.slot_count() {
+            return self.assist(waiter, deadline);
+        }
+        let mut seen_tail = None;
+        self.assist_with(waiter, deadline, |device, round| {
+            let tail = device.grid.outbox_tail(slot);
+            if seen_tail != Some(tail) {
+                // the outbox is read up to this tail at least, unless someone else holds the poll state (then
+                // they read it, and a reply of ours reaches the waiter through them)
+                if let Some(found) = device.poll_own_slot(slot, correlation) {
+                    seen_tail = Some(tail);
+                    return found;
+                }
+            } else if round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1 || device.has_news() {
+                // news that came after our reply was published would have shown its tail moved this round
+                device.poll_whole();
+            }
+            None
+        })
+    }
+
+    /// Whether the device published something a whole poll would find: events not yet read, or replies the
+    /// executor's word points at. Two loads of lines the device writes only when it publishes.
+    fn has_news(&self) -> bool {
+        self.grid.events_unread() || self.executor.may_have_dirty_slots()
+    }
+
+    /// The assist loop: each round takes the completion's value if delivered, else asks `look` (given the
+    /// round's number, counted from 0, in the spinning rounds and each yielding round alike) to poll and
+    /// perhaps find the answer itself. It spins for [`ASSIST_BUSY`], then yields, until [`ASSIST_SPIN`] or the
+    /// deadline; the clock is read every [`ASSIST_CLOCK_EVERY`] spinning rounds.
+    fn assist_with<T>(
+        &self,
+        completion: &Completion<T>,
+        deadline: Instant,
+        mut look: impl FnMut(&Self, u32) -> Option<T>,
+    ) -> Option<T> {
         let _turn = Assisting::begin(&self.poller_bell);
         let start = Instant::now();
         let (busy_until, until) = ((start + ASSIST_BUSY).min(deadline), (start + ASSIST_SPIN).min(deadline));
+        let mut spinning = true;
         for round in 0u32.. {
             if let Some(out) = completion.try_take() {
                 return Some(out);
             }
-            let now = Instant::now();
-            if now >= until {
-                return None;
+            // yielding rounds count as a whole device poll's worth each
+            let look_round = if spinning { round } else { ASSIST_FULL_POLL_EVERY - 1 };
+            if let Some(out) = look(self, look_round) {
+                return Some(out);
             }
-            match own_slot {
-                Some(slot) if round % ASSIST_FULL_POLL_EVERY != ASSIST_FULL_POLL_EVERY - 1 => self.poll_slot(slot),
-                _ => {
-                    self.poll_assist();
-                    self.poll_routed_peers();
+            if !spinning || round % ASSIST_CLOCK_EVERY == 0 {
+                let now = Instant::now();
+                if now >= until {
+                    return None;
                 }
+                spinning = now < busy_until;
             }
-            if now < busy_until {
+            if spinning {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
             }
         }
         None
+    }
+
+    /// One poll of the whole device in the poller's place (if no one else is polling it), and of the other
+    /// devices of its router (a call its actor forwarded to another device is answered from there).
+    fn poll_whole(&self) {
+        self.poll_assist();
+        self.poll_routed_peers();
     }
 
     /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
@@ -190,23 +263,23 @@ impl DeviceInner {
         }
     }
 
-    /// Reads the events, then `slot`'s outbox, in the poller's place if no one else is polling: a caller's look
-    /// at its own reply, without the executor's word on which slots have replies (what that word says stays
-    /// for the next whole poll, which finds the outbox read).
-    pub(super) fn poll_slot(&self, slot: u32) {
-        if slot >= self.grid.slot_count() {
-            return;
+    /// Reads the events, then `slot`'s outbox, in the poller's place, for the caller waiting for the reply
+    /// `correlation` from that slot: that reply, if found, is the caller's (`Some(Some(..))`), without the
+    /// executor's word on which slots have replies (what that word says stays for the next whole poll, which
+    /// finds the outbox read). `None` when someone else is polling (they deliver what they read).
+    fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
+        let mut st = self.poll.try_lock().ok()?;
+        let st = &mut *st;
+        st.sweep.clear();
+        self.read_events(&mut st.event_head, &mut st.sweep);
+        st.sweep.push(slot);
+        let PollState { sweep, outbox_heads, held, .. } = st;
+        let mut own = OwnReply { correlation, answer: None };
+        for &s in sweep.iter() {
+            let own = if s == slot { Some(&mut own) } else { None };
+            self.drain_outbox(s, &mut outbox_heads[s as usize], held, own);
         }
-        if let Ok(mut st) = self.poll.try_lock() {
-            let st = &mut *st;
-            st.sweep.clear();
-            self.read_events(&mut st.event_head, &mut st.sweep);
-            st.sweep.push(slot);
-            let PollState { sweep, outbox_heads, held, .. } = st;
-            for &s in sweep.iter() {
-                self.drain_outbox(s, &mut outbox_heads[s as usize], held);
-            }
-        }
+        Some(own.answer)
     }
 
     /// Reads and applies the events published since `event_head`, adding each event's slot to `sweep` (block 0
@@ -238,14 +311,22 @@ impl DeviceInner {
             sweep.extend(0..self.grid.slot_count());
         }
         for &slot in sweep.iter() {
-            work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize], held);
+            work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize], held, None);
         }
         work
     }
 
     /// Reads `slot`'s outbox from `head`: replies to their callers, routed messages to their targets (one that
     /// must wait for room stops the read: later cells wait behind it, and `held` says since when).
-    pub(super) fn drain_outbox(&self, slot: u32, head: &mut u32, held: &mut Vec<(u32, Instant)>) -> bool {
+    /// `own`: the reply the caller reading this outbox waits for itself, handed to it there (see
+    /// [`DeviceInner::deliver_reply`]).
+    pub(super) fn drain_outbox(
+        &self,
+        slot: u32,
+        head: &mut u32,
+        held: &mut Vec<(u32, Instant)>,
+        mut own: Option<&mut OwnReply>,
+    ) -> bool {
         let tail = self.grid.outbox_tail(slot);
         let available = ring::distance(*head, tail);
         if available == 0 {
@@ -273,14 +354,14 @@ impl DeviceInner {
             *head = head.wrapping_add(1);
             self.grid.release_outbox(slot, *head);
             if let Some(env) = reply {
-                self.deliver_reply(slot, env);
+                self.deliver_reply(slot, env, own.as_deref_mut());
             }
             held_since = None;
         }
         if *head == start {
             return false;
         }
-        self.executor.wake();
+        self.executor.outbox_read();
         true
     }
 
@@ -307,19 +388,24 @@ impl DeviceInner {
         }
     }
 
-    pub(super) fn deliver_reply(&self, slot: u32, env: Envelope) {
+    /// Hands the reply `env` read from `slot`'s outbox to its call's waiter, or to `own` when it is the reply
+    /// the caller reading the outbox waits for itself (its waiter leaves the map: nothing else answers it), or
+    /// to [`Device::replies`](super::Device::replies) when no call waits for it.
+    pub(super) fn deliver_reply(&self, slot: u32, env: Envelope, own: Option<&mut OwnReply>) {
         self.counters.replies.fetch_add(1, Ordering::Relaxed);
         let reply = Reply::from_envelope(slot, env);
         if reply.is_error() {
             self.counters.error_replies.fetch_add(1, Ordering::Relaxed);
         }
+        let answer = |reply: Reply| match reply.payload() {
+            Err(e) => Err(e),
+            Ok(_) => Ok(reply),
+        };
         let waiter = lock(&self.calls).remove(&reply.correlation);
-        match waiter {
-            Some(w) => w.complete(match reply.payload() {
-                Err(e) => Err(e),
-                Ok(_) => Ok(reply),
-            }),
-            None => self.replies.push(reply),
+        match (own, waiter) {
+            (Some(own), Some(_)) if own.correlation == reply.correlation => own.answer = Some(answer(reply)),
+            (_, Some(w)) => w.complete(answer(reply)),
+            (_, None) => self.replies.push(reply),
         }
     }
 }
