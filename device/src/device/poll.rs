@@ -173,8 +173,9 @@ impl DeviceInner {
     /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
     /// outbox tail itself (a load of a line the device writes) and reads the outbox only when the tail moved,
     /// taking its own reply straight from the cell, without its waiter's hand-off (the reply is there before
-    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). Every few
-    /// rounds, and every round once it yields, it polls the whole device and the other devices of its router
+    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). When the
+    /// device published something else ([`DeviceInner::has_news`]), every [`ASSIST_FULL_POLL_EVERY`] rounds
+    /// regardless, and every round once it yields, it polls the whole device and the other devices of its router
     /// (an answer forwarded from elsewhere, an event that ends the call).
     pub(super) fn assist_call(
         &self,
@@ -197,7 +198,8 @@ impl DeviceInner {
                     return found;
                 }
             } else if round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1 || device.has_news() {
-                // news that came after our reply was published would have shown its tail moved this round
+                // the executor marks a slot's replies after their tail moved: news about a reply of ours would
+                // have shown the tail moved this round, so the whole poll is for something else
                 device.poll_whole();
             }
             None
