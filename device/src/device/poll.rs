@@ -188,7 +188,7 @@ impl DeviceInner {
             return self.assist(waiter, deadline);
         }
         let mut seen_tail = None;
-        self.assist_with(waiter, deadline, |device, round| {
+        self.assist_with(waiter, deadline, |device, whole_poll_due| {
             let tail = device.grid.outbox_tail(slot);
             if seen_tail != Some(tail) {
                 // the outbox is read up to this tail at least, unless someone else holds the poll state (then
@@ -197,7 +197,7 @@ impl DeviceInner {
                     seen_tail = Some(tail);
                     return found;
                 }
-            } else if round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1 || device.has_news() {
+            } else if whole_poll_due || device.has_news() {
                 // the executor marks a slot's replies after their tail moved: news about a reply of ours would
                 // have shown the tail moved this round, so the whole poll is for something else
                 device.poll_whole();
@@ -212,15 +212,15 @@ impl DeviceInner {
         self.grid.events_unread() || self.executor.may_have_dirty_slots()
     }
 
-    /// The assist loop: each round takes the completion's value if delivered, else asks `look` (given the
-    /// round's number, counted from 0, in the spinning rounds and each yielding round alike) to poll and
-    /// perhaps find the answer itself. It spins for [`ASSIST_BUSY`], then yields, until [`ASSIST_SPIN`] or the
+    /// The assist loop: each round takes the completion's value if delivered, else asks `look` to poll and
+    /// perhaps find the answer itself (told whether a whole poll is due: every [`ASSIST_FULL_POLL_EVERY`]
+    /// spinning rounds, and every yielding round). It spins for [`ASSIST_BUSY`], then yields, until [`ASSIST_SPIN`] or the
     /// deadline; the clock is read every [`ASSIST_CLOCK_EVERY`] spinning rounds.
     fn assist_with<T>(
         &self,
         completion: &Completion<T>,
         deadline: Instant,
-        mut look: impl FnMut(&Self, u32) -> Option<T>,
+        mut look: impl FnMut(&Self, bool) -> Option<T>,
     ) -> Option<T> {
         let _turn = Assisting::begin(&self.poller_bell);
         let start = Instant::now();
@@ -230,9 +230,8 @@ impl DeviceInner {
             if let Some(out) = completion.try_take() {
                 return Some(out);
             }
-            // yielding rounds count as a whole device poll's worth each
-            let look_round = if spinning { round } else { ASSIST_FULL_POLL_EVERY - 1 };
-            if let Some(out) = look(self, look_round) {
+            let whole_poll_due = !spinning || round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1;
+            if let Some(out) = look(self, whole_poll_due) {
                 return Some(out);
             }
             if !spinning || round % ASSIST_CLOCK_EVERY == 0 {
