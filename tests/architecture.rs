@@ -31,6 +31,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
                 "codes",
                 "ring",
                 "clock",
+                "spin_lock",
                 "sync",
                 "thread_slice",
                 "wait",

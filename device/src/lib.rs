@@ -34,6 +34,7 @@ pub mod message;
 mod ring;
 mod shared;
 pub mod sim;
+mod spin_lock;
 mod sync;
 mod thread_slice;
 mod wait;

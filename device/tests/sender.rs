@@ -90,9 +90,25 @@ fn bad_input_is_refused_before_anything_is_buffered() {
     assert!(matches!(d.sender(0), Err(DeviceError::Closed)));
 }
 
+fn a_producer_and_the_poller_publishing_one_buffer_lose_and_repeat_nothing() {
+    // no delay: the poller publishes the buffer in every round it finds it non-empty, while the producer fills
+    // it (in the latency mode it never parks, so it looks all the time); the buffer's lock is all that keeps
+    // the two from publishing a message twice or dropping one
+    let d = open_with(DeviceConfig::default().slots(1).latency_mode(true));
+    d.create(0, "counter", &[]).unwrap().wait_blocking(T).unwrap();
+    let sender = d.sender_with(0, 16, Duration::ZERO, T).unwrap();
+    const N: i64 = 50_000;
+    for i in 1..=N {
+        sender.send(&i.to_le_bytes()).unwrap();
+    }
+    sender.flush().unwrap();
+    assert_eq!(total(&d, 0), (N * (N + 1) / 2, N as u64 + 1), "each message reached the actor once");
+}
+
 on_every_backend!(
     sends_arrive_in_batches_and_before_a_call,
     an_idle_senders_messages_are_published_once_due,
     a_full_inbox_keeps_messages_buffered_and_refuses_new_ones_once_full,
     bad_input_is_refused_before_anything_is_buffered,
+    a_producer_and_the_poller_publishing_one_buffer_lose_and_repeat_nothing,
 );

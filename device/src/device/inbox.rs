@@ -67,10 +67,10 @@ impl DeviceInner {
     /// reference to them). Publishes the tail once and wakes the slot once for all of them. Returns how many
     /// were written (0: no room), or the slot's refusal if it takes no messages. `count` runs with that number
     /// before the tail is published, so whoever sees a message sees it counted.
-    pub(super) fn write_inbox<P: AsRef<[u8]>>(
+    pub(super) fn write_inbox<'a>(
         &self,
         slot: u32,
-        payloads: &[P],
+        payloads: impl IntoIterator<Item = &'a [u8]>,
         mut envelope: impl FnMut(&[u8]) -> RawEnvelope,
         count: impl FnOnce(usize),
     ) -> Result<usize, DeviceError> {
@@ -79,7 +79,7 @@ impl DeviceInner {
             return Err(self.refusal(&host, slot));
         }
         let mut written = 0;
-        for payload in payloads.iter().map(AsRef::as_ref) {
+        for payload in payloads {
             let Some(room) = take_inbox_room(&self.grid, &mut host, slot, payload.len()) else { break };
             self.put_message(&mut host, slot, envelope(payload), room, payload);
             written += 1;
@@ -105,7 +105,7 @@ impl DeviceInner {
         payload: &[u8],
         count: impl FnOnce(),
     ) -> Result<bool, DeviceError> {
-        Ok(self.write_inbox(slot, &[payload], |_| raw, |_| count())? == 1)
+        Ok(self.write_inbox(slot, [payload], |_| raw, |_| count())? == 1)
     }
 
     /// Writes one message into `slot`'s inbox at the host's tail, in the `room` taken for it (the caller

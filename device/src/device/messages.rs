@@ -53,7 +53,17 @@ impl Device {
         for p in payloads {
             self.check_payload(p.as_ref())?;
         }
-        if payloads.is_empty() {
+        self.publish_batch(slot, payloads.iter().map(AsRef::as_ref))
+    }
+
+    /// [`Device::send_batch`] of payloads already checked against the largest payload (a coalescing sender's
+    /// buffer), given as an iterator so that the caller need not collect them.
+    pub(super) fn publish_batch<'a>(
+        &self,
+        slot: u32,
+        payloads: impl ExactSizeIterator<Item = &'a [u8]>,
+    ) -> Result<usize, DeviceError> {
+        if payloads.len() == 0 {
             return Ok(0);
         }
         let inner = &self.inner;
