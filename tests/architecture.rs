@@ -33,6 +33,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
                 "clock",
                 "spin_lock",
                 "sync",
+                "busy_cores",
                 "thread_slice",
                 "wait",
                 "event",

@@ -20,6 +20,7 @@
 mod backend;
 pub mod behaviour;
 mod bulk;
+mod busy_cores;
 pub mod c_layout;
 mod clock;
 mod codes;

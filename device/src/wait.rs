@@ -7,6 +7,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::busy_cores::YieldWatch;
 use crate::sync::lock;
 
 /// How a device's own host threads (the CPU backend's workers, the poller, the WebGPU executor) wait and are
@@ -103,14 +104,17 @@ pub(crate) struct IdleBackoff {
     /// Rounds that yield after the spinning ones, before the thread parks.
     yields: u32,
     park_max: Duration,
-    /// Past the spinning rounds, yield forever instead of parking (the latency mode).
+    /// Past the spinning rounds, yield forever instead of parking (the latency mode), unless `watch` finds the
+    /// cores busy.
     never_park: bool,
+    /// The latency mode's record of its yields.
+    watch: YieldWatch,
 }
 
 impl IdleBackoff {
     /// `spin` rounds that spin, as many that yield, then parks of up to `park_max`.
     pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self { idle: 0, spin, yields: spin, park_max, never_park: false }
+        Self { idle: 0, spin, yields: spin, park_max, never_park: false, watch: YieldWatch::default() }
     }
 
     /// Sets the rounds that yield before the thread parks. Yielding keeps a thread as quick to find new work
@@ -121,7 +125,8 @@ impl IdleBackoff {
     }
 
     /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
-    /// is idle costs no wake-up (and the thread keeps a core busy).
+    /// is idle costs no wake-up (and the thread keeps a core busy). While most of its recent yields were slow
+    /// (the cores are busy with threads that do not yield: see [`crate::busy_cores`]) it waits as without.
     pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
         self.never_park = latency_mode;
         self
@@ -144,7 +149,9 @@ impl IdleBackoff {
             for _ in 0..PAUSES_PER_SPIN {
                 std::hint::spin_loop();
             }
-        } else if self.never_park || self.idle <= self.spin.saturating_add(self.yields) {
+        } else if self.never_park && !self.watch.cores_busy(Instant::now()) {
+            self.watch.timed_yield();
+        } else if self.idle <= self.spin.saturating_add(self.yields) {
             std::thread::yield_now();
         } else {
             let shift = (self.idle - self.spin - self.yields).min(16);

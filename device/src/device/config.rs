@@ -42,8 +42,10 @@ pub struct DeviceConfig {
     pub lost_after: Option<Duration>,
     /// The latency mode: the host threads that wait on the device (the CPU backend's workers, the poller)
     /// never sleep when idle; they spin, then yield. Work that arrives costs no wake-up of a sleeping thread
-    /// (tens of microseconds on a busy machine), at the price of those threads keeping cores busy. Off by
-    /// default.
+    /// (tens of microseconds on a busy machine), at the price of those threads keeping cores busy. While most
+    /// of a thread's recent yields come back late (the cores are busy with threads that do not yield), it sleeps
+    /// as without the mode for 10 ms at a time, so that it does not hold back the threads the work needs. Off
+    /// by default.
     pub latency_mode: bool,
     /// The time slice the device's own host threads (the CPU backend's workers, the poller, the WebGPU
     /// executor) ask of the kernel's scheduler ([`request_thread_slice`](crate::request_thread_slice)): short, so
