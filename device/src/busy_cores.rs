@@ -28,8 +28,13 @@ pub(crate) struct YieldWatch {
 }
 
 impl YieldWatch {
-    /// Whether the cores count as busy now (the thread should wait as the default mode's do).
-    pub(crate) fn cores_busy(&mut self, now: Instant) -> bool {
+    /// Whether the cores count as busy now (the thread should wait as the default mode's do). Reads the clock
+    /// only while they do.
+    pub(crate) fn cores_busy(&mut self) -> bool {
+        self.busy_until.is_some() && self.cores_busy_at(Instant::now())
+    }
+
+    fn cores_busy_at(&mut self, now: Instant) -> bool {
         match self.busy_until {
             Some(until) if now < until => true,
             Some(_) => {
@@ -74,7 +79,7 @@ mod tests {
         for i in 0..10_000u32 {
             let now = start + Duration::from_micros(u64::from(i) * 10);
             watch.record(if i % 4 == 0 { SLOW } else { FAST }, now);
-            assert!(!watch.cores_busy(now), "yield {i}");
+            assert!(!watch.cores_busy_at(now), "yield {i}");
         }
     }
 
@@ -88,7 +93,7 @@ mod tests {
             // three of every four slow
             watch.record(if yields % 4 == 3 { FAST } else { SLOW }, now);
             yields += 1;
-            if watch.cores_busy(now) {
+            if watch.cores_busy_at(now) {
                 break;
             }
             now += SLOW;
@@ -96,10 +101,10 @@ mod tests {
         }
         assert!(yields >= BUSY_WHEN_SLOW, "busy after {yields} yields");
         let tripped = now;
-        assert!(watch.cores_busy(tripped + BUSY_FOR - Duration::from_micros(1)));
-        assert!(!watch.cores_busy(tripped + BUSY_FOR + Duration::from_micros(1)));
+        assert!(watch.cores_busy_at(tripped + BUSY_FOR - Duration::from_micros(1)));
+        assert!(!watch.cores_busy_at(tripped + BUSY_FOR + Duration::from_micros(1)));
         // the record starts over: the slow yields before the busy spell do not count again
         watch.record(SLOW, tripped + BUSY_FOR * 2);
-        assert!(!watch.cores_busy(tripped + BUSY_FOR * 2));
+        assert!(!watch.cores_busy_at(tripped + BUSY_FOR * 2));
     }
 }

@@ -149,7 +149,7 @@ impl IdleBackoff {
             for _ in 0..PAUSES_PER_SPIN {
                 std::hint::spin_loop();
             }
-        } else if self.never_park && !self.watch.cores_busy(Instant::now()) {
+        } else if self.never_park && !self.watch.cores_busy() {
             self.watch.timed_yield();
         } else if self.idle <= self.spin.saturating_add(self.yields) {
             std::thread::yield_now();

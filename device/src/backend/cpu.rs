@@ -276,10 +276,6 @@ impl Executor for CpuExecutor {
         true
     }
 
-    fn may_have_dirty_slots(&self) -> bool {
-        self.shared.dirty.any_marked()
-    }
-
     fn shutdown(&self) {
         if self.shared.terminate.load(Ordering::SeqCst) {
             return;

@@ -33,11 +33,6 @@ impl DirtySet {
         self.any.store(true, Ordering::Release);
     }
 
-    /// Whether any slot is marked (a load: no write to the set's lines).
-    pub(crate) fn any_marked(&self) -> bool {
-        self.any.load(Ordering::Acquire)
-    }
-
     /// Calls `f` for each marked slot, clearing the marks first (each level before the one below it). Returns
     /// how many there were.
     pub(crate) fn drain(&self, mut f: impl FnMut(u32)) -> usize {

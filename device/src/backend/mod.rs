@@ -134,11 +134,6 @@ pub(crate) trait Executor: Send + Sync {
     /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
     /// caller). False if the executor cannot tell: the poller sweeps every slot.
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
-    /// Whether [`Executor::dirty_slots`] may have slots to report now: false only when it surely has none (a
-    /// caller waiting for a reply skips the whole poll then). Executors that cannot tell cheaply say true.
-    fn may_have_dirty_slots(&self) -> bool {
-        true
-    }
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
     /// Looked at every few milliseconds by the device's poller: the CPU backend replaces a worker stuck in a

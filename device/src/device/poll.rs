@@ -173,10 +173,14 @@ impl DeviceInner {
     /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
     /// outbox tail itself (a load of a line the device writes) and reads the outbox only when the tail moved,
     /// taking its own reply straight from the cell, without its waiter's hand-off (the reply is there before
-    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). When the
-    /// device published something else ([`DeviceInner::has_news`]), every [`ASSIST_FULL_POLL_EVERY`] rounds
-    /// regardless, and every round once it yields, it polls the whole device and the other devices of its router
-    /// (an answer forwarded from elsewhere, an event that ends the call).
+    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). When block 0
+    /// published events (one may end the call: the actor failed, the message was handed back), every
+    /// [`ASSIST_FULL_POLL_EVERY`] rounds regardless, and every round once it yields, it polls the whole device and
+    /// the other devices of its router (an answer forwarded from elsewhere). Replies in other slots' outboxes do
+    /// not make it poll the whole device: they are not its answer, and the executor's word about them stays set
+    /// after its own reply was taken here, so every call would begin with a whole poll (its read-modify-writes of
+    /// the lines the workers mark: 7% of a latency-mode call loop); they wait for the next whole poll, or for the
+    /// poller, which the last caller to stop polling wakes.
     pub(super) fn assist_call(
         &self,
         waiter: &Completion<Result<Reply, DeviceError>>,
@@ -197,19 +201,11 @@ impl DeviceInner {
                     seen_tail = Some(tail);
                     return found;
                 }
-            } else if whole_poll_due || device.has_news() {
-                // the executor marks a slot's replies after their tail moved: news about a reply of ours would
-                // have shown the tail moved this round, so the whole poll is for something else
+            } else if whole_poll_due || device.grid.events_unread() {
                 device.poll_whole();
             }
             None
         })
-    }
-
-    /// Whether the device published something a whole poll would find: events not yet read, or replies the
-    /// executor's word points at. Two loads of lines the device writes only when it publishes.
-    fn has_news(&self) -> bool {
-        self.grid.events_unread() || self.executor.may_have_dirty_slots()
     }
 
     /// The assist loop: each round takes the completion's value if delivered, else asks `look` to poll and

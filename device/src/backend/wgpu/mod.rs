@@ -329,10 +329,6 @@ impl Executor for WgpuExecutor {
         true
     }
 
-    fn may_have_dirty_slots(&self) -> bool {
-        self.shared.dirty.any_marked()
-    }
-
     fn shutdown(&self) {
         self.shared.terminate.store(true, Ordering::Release);
         self.shared.parker.wake();
