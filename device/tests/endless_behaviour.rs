@@ -79,6 +79,37 @@ fn cpu_a_stuck_worker_of_a_shared_pool_is_replaced_and_the_other_devices_keep_an
     other.shutdown();
 }
 
+/// The stuck-worker bound is the user's (`CpuConfig::stuck_after`): under a bound of an hour, a worker in a step
+/// that does not return is not replaced, so the pool's only worker serves no other slot (a call there times out)
+/// while the shutdown is still bounded; a bound under a millisecond is refused at open.
+#[test]
+fn cpu_a_worker_is_replaced_only_after_the_configured_bound() {
+    // a worker count no other test of this binary uses: this test's device has a pool of its own
+    let cpu = CpuConfig { workers: 1, spin_sweeps: 7, stuck_after: Duration::from_secs(3600), ..CpuConfig::default() };
+    let d = Device::open(DeviceConfig::default().slots(2).backend(Backend::Cpu(cpu.clone()))).unwrap();
+    for slot in 0..2 {
+        d.create(slot, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    }
+    let before = test_msg(1, 0, 0);
+    assert_eq!(d.call(0, &before, T).unwrap().payload().unwrap(), &before[..]);
+    d.send(1, &test_msg(6, 0, 0)).unwrap(); // the only worker spins in slot 1 for good
+    assert!(
+        matches!(d.call(0, &test_msg(1, 1, 0), Duration::from_millis(600)), Err(DeviceError::Timeout)),
+        "no worker is left for slot 0 while the stuck one is within its bound"
+    );
+    let started = Instant::now();
+    d.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+
+    let too_short = CpuConfig { stuck_after: Duration::from_micros(500), ..cpu };
+    let refused = Device::open(DeviceConfig::default().slots(2).backend(Backend::Cpu(too_short)));
+    assert!(
+        matches!(refused, Err(DeviceError::InvalidConfig(ref m)) if m.contains("stuck_after")),
+        "{:?}",
+        refused.err()
+    );
+}
+
 /// Devices whose CPU settings differ have pools of their own.
 #[test]
 fn cpu_devices_with_other_settings_have_pools_of_their_own() {

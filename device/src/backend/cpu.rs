@@ -30,7 +30,7 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuConfig {
     /// Worker threads (default: available cores), shared with the process's other CPU devices that have the
-    /// same worker count, back-off, latency mode and thread slice (one pool runs them all).
+    /// same worker count, back-off, stuck-worker bound, latency mode and thread slice (one pool runs them all).
     pub workers: usize,
     /// Most messages an actor processes per step.
     pub budget: u32,
@@ -39,6 +39,11 @@ pub struct CpuConfig {
     pub spin_sweeps: u32,
     /// Longest park of an idle worker.
     pub park_max: Duration,
+    /// How long a worker may stay in one step of one actor before the pool counts it stuck (a behaviour that
+    /// never returns) and starts a new worker in its place; the stuck one leaves when (if ever) its step returns.
+    /// Default 200 ms; at least 1 ms. A behaviour whose steps rightly run longer (a heavy computation per
+    /// message) wants a longer bound, or each such step costs a thread start.
+    pub stuck_after: Duration,
 }
 
 impl Default for CpuConfig {
@@ -48,6 +53,7 @@ impl Default for CpuConfig {
             budget: 64,
             spin_sweeps: 32,
             park_max: Duration::from_millis(10),
+            stuck_after: Duration::from_millis(200),
         }
     }
 }
@@ -111,6 +117,12 @@ impl CpuExecutor {
         if config.workers == 0 || config.budget == 0 {
             return Err(DeviceError::InvalidConfig("cpu backend: workers and budget must be > 0".into()));
         }
+        if config.stuck_after < Duration::from_millis(1) {
+            return Err(DeviceError::InvalidConfig(format!(
+                "cpu backend: stuck_after must be at least 1 ms (got {:?})",
+                config.stuck_after
+            )));
+        }
         let shared = HostRegion::zeroed(header.shared_bytes)?;
         shared.dense(0, header.off_inboxes);
         let local = HostRegion::zeroed(header.local_bytes)?;
@@ -145,6 +157,7 @@ impl CpuExecutor {
             workers: config.workers,
             spin_sweeps: config.spin_sweeps,
             park_max: config.park_max,
+            stuck_after: config.stuck_after,
             threads,
         })?;
         pool.attach(inner.clone());

@@ -1,5 +1,5 @@
 //! The CPU backend's workers, one pool shared by every CPU device of a process that has the same thread settings
-//! (worker count, back-off, latency mode, time slice).
+//! (worker count, back-off, stuck-worker bound, latency mode, time slice).
 //!
 //! Why shared: each device had its own workers, so a process with two devices on a 2-core machine ran four
 //! workers and two pollers. A call forwarded from an actor of one device to an actor of the other waited for
@@ -8,7 +8,7 @@
 //! so the worker that is awake runs whichever actor has work.
 //!
 //! A behaviour that never returns holds its worker. So that it cannot stop the pool's other devices, the
-//! pool replaces a worker stuck in one step for [`STUCK_AFTER`]: the devices' pollers look ([`Pool::tend`])
+//! pool replaces a worker stuck in one step for `CpuConfig::stuck_after`: the devices' pollers look ([`Pool::tend`])
 //! every few milliseconds, and the stuck worker leaves the pool when (if ever) its step returns.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -19,9 +19,6 @@ use std::time::{Duration, Instant};
 use crate::error::DeviceError;
 use crate::sync::lock;
 use crate::wait::{HostThreads, IdleBackoff, Parker};
-
-/// A worker in one step this long counts as stuck (a behaviour that never returns): a new worker takes its place.
-pub(super) const STUCK_AFTER: Duration = Duration::from_millis(200);
 
 /// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
 /// as spinning on an idle machine; its core given away on a busy one).
@@ -50,6 +47,8 @@ pub(super) struct PoolKey {
     pub(super) workers: usize,
     pub(super) spin_sweeps: u32,
     pub(super) park_max: Duration,
+    /// A worker in one step this long counts as stuck: a new worker takes its place.
+    pub(super) stuck_after: Duration,
     /// The latency mode and the thread slice.
     pub(super) threads: HostThreads,
 }
@@ -197,10 +196,10 @@ impl Pool {
         }
     }
 
-    /// Replaces each worker that has been in one step for [`STUCK_AFTER`] (called every few milliseconds by the
-    /// pollers of the pool's devices).
+    /// Replaces each worker that has been in one step for the pool's `stuck_after` (called every few
+    /// milliseconds by the pollers of the pool's devices).
     pub(super) fn tend(&self) {
-        self.tend_now(STUCK_AFTER);
+        self.tend_now(self.inner.key.stuck_after);
     }
 
     fn tend_now(&self, stuck_after: Duration) {
