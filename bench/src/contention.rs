@@ -77,6 +77,7 @@ pub fn contention_rows(samples: usize, restarts: usize) -> Vec<Row> {
     let gpu_restart = restart_latency(true, false, restarts);
     let gpu_restart_latency = restart_latency(true, true, restarts);
     let host_restart = restart_latency(false, false, restarts);
+    let (restart_device_part, restart_tree_part) = restart_breakdown(restarts);
 
     let within_2x = |_: &Summary, _: &Summary, r: f64| r <= 2.0;
     let context = |_: &Summary, _: &Summary, _: f64| true;
@@ -112,6 +113,13 @@ pub fn contention_rows(samples: usize, restarts: usize) -> Vec<Row> {
             host_restart,
             restart_target,
             within_2x,
+        ),
+        Row::new(
+            "under contention: restart, one_for_one: where the time goes",
+            restart_device_part,
+            restart_tree_part,
+            "(context: the device's part against the tree's)",
+            context,
         ),
     ]
 }

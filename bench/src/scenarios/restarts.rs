@@ -1,10 +1,11 @@
 //! Restarts under supervision: one child, a group (one_for_all) and a storm (one_for_one), GPU children against
 //! ractor children.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use ringvisor::device::{DeviceConfig, SlotFault};
+use ringvisor::device::{DeviceConfig, EventHook, EventKind, SlotEvent, SlotFault};
 use ringvisor::prelude::*;
 use ringvisor::supervisor::{ChildRef, StartContext, TreeEvent};
 
@@ -81,6 +82,48 @@ pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
             (false, _) => "ractor child (same supervisor)",
         };
         Summary::of(name, samples, Unit::Nanos)
+    })
+}
+
+/// Where a GPU child's one_for_one restart spends its time (default mode): from the injected crash until the host reads the
+/// slot's Failed event (the device's part: the crash message reaching the actor, block 0 restarting it under the
+/// grant, the event read by the poller), and from there until the supervisor's `ChildStarted` reaches the
+/// waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping, the tree event). The event
+/// is seen by a hook on the device's event path (`Device::on_event`), on the thread that reads it.
+pub fn restart_breakdown(n: usize) -> (Summary, Summary) {
+    let rt = tokio();
+    rt.block_on(async {
+        let child = ChildSpec::gpu("c", GpuChild::new("counter")).name("b/c");
+        let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child);
+        let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
+        let handle = r.registry().lookup("b/c").expect("child");
+        let mut events = r.services().events().subscribe();
+        let failed_at = Arc::new(Mutex::new(None::<Instant>));
+        let seen = failed_at.clone();
+        let hook: Arc<EventHook> = Arc::new(move |e: &SlotEvent| {
+            if e.event.kind == EventKind::Failed {
+                seen.lock().expect("hook").get_or_insert_with(Instant::now);
+            }
+        });
+        r.device().on_event(&hook);
+        let (mut device_part, mut tree_part) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for i in 0..(n + n / 10) {
+            *failed_at.lock().expect("probe") = None;
+            let t0 = Instant::now();
+            crash(&r, &handle).await;
+            wait_starts(&mut events, 1).await;
+            let started = Instant::now();
+            let failed = failed_at.lock().expect("probe").expect("the Failed event was read before the restart");
+            if i >= n / 10 {
+                device_part.push((failed - t0).as_nanos() as f64);
+                tree_part.push((started - failed).as_nanos() as f64);
+            }
+        }
+        r.shutdown().await;
+        (
+            Summary::of("GPU child: crash to its Failed event read on the host", device_part, Unit::Nanos),
+            Summary::of("GPU child: that event to the supervisor's ChildStarted", tree_part, Unit::Nanos),
+        )
     })
 }
 
