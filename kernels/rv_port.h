@@ -173,7 +173,7 @@ struct rv_sim_copy_args {
 /* The simulator's switches, each putting back one ordering defect that a GPU found and the protocol fixed, so
  * that the simulator can show it finds them (device/src/sim/mod.rs, Defect). Per simulated thread: zero on
  * every other thread, and compiled out of the CUDA build. */
-static thread_local uint32_t rv_sim_defects = 0;
+static thread_local uint32_t rv_sim_defects __attribute__((unused)) = 0;
 #define RV_DEFECT(n) (rv_sim_defects & (1u << (n)))
 /* The defects (docs/faults.md). Found by GPUs: an actor published a reply before it moved its inbox head past the
  * message; it read its fault bits before its inbox tail; block 0 carried out every queued command in one step and

@@ -247,6 +247,9 @@ impl Behaviours {
             std::env::var_os("CARGO_MANIFEST_DIR").ok_or(BuildError::NotInBuildScript("CARGO_MANIFEST_DIR"))?,
         );
         let krate = self.crate_path.unwrap_or_else(|| "ringvisor::device".into());
+        // the device headers the behaviours include: a change there (a layout) must rebuild them (cargo scans a
+        // directory named here for any change)
+        println!("cargo:rerun-if-changed={}", kernel_include_dir().display());
         let mut seen = std::collections::HashSet::new();
         let mut files = Vec::new();
         for e in &self.entries {

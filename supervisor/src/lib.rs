@@ -48,7 +48,7 @@ pub use registry::{Registry, RegistryEvent};
 pub use rounded::Rounded;
 pub use services::Services;
 pub use slots::EventFault;
-pub use spec::{ChildSpec, ChildStart, SupervisorSpec};
+pub use spec::{ChildSpec, ChildStart, SupervisorSpec, MIRRORED_BY_DEFAULT};
 pub use status::{ChildStatus, RunState};
 pub use supervisor::{
     ChildCount, ChildInfo, Supervisor, SupervisorArgs, SupervisorMsg, SupervisorRef, SupervisorState,

@@ -9,7 +9,7 @@ pub struct SpecError {
     pub path: String,
     /// What is wrong.
     pub message: String,
-    /// The file it is in (errors of [`SpecLoader::load_file`]).
+    /// The file it is in (errors of [`SpecLoader::load_file`](crate::config::SpecLoader::load_file)).
     pub file: Option<String>,
     /// Line and column (from 1) in the TOML text: the key of the offending value, the header of the table a
     /// key is missing from, or the syntax error. `None` for a spec built in code.

@@ -143,7 +143,7 @@ impl SupervisorRef {
     }
 
     /// `simple_one_for_one`: starts a child from the template; `args` are the init bytes of a GPU child or
-    /// [`StartContext::args`] of a host actor.
+    /// [`StartContext::args`](crate::StartContext::args) of a host actor.
     pub async fn start_dynamic(&self, args: Vec<u8>) -> Result<ChildRef, SupervisorError> {
         self.call(|p| Msg::StartDynamic(args, p)).await?
     }

@@ -13,7 +13,7 @@ pub struct EmulatedGpu {
     pub sms: u32,
     /// Resident blocks per multiprocessor (what the occupancy query answers).
     pub blocks_per_sm: u32,
-    /// The driver kills kernels after [`EXEC_TIMEOUT`] (a display GPU).
+    /// The driver kills kernels after [`EXEC_TIMEOUT`](super::EXEC_TIMEOUT) (a display GPU).
     pub exec_timeout: bool,
     /// Newest PTX ISA version the driver's JIT accepts.
     pub max_ptx_version: (u32, u32),
