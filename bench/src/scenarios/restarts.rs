@@ -55,18 +55,28 @@ async fn wait_starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<TreeEvent
     }
 }
 
+/// A runtime whose tree is one supervisor (one_for_one, no intensity limit to speak of) over `child`, named
+/// `b/c`; its handle, and the tree's events from now on.
+async fn one_child(
+    child: ChildSpec,
+    config: DeviceConfig,
+) -> (ringvisor::Runtime, ChildRef, tokio::sync::mpsc::UnboundedReceiver<TreeEvent>) {
+    let spec =
+        SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child.name("b/c"));
+    let r = ringvisor::Runtime::start(config, spec).await.expect("runtime");
+    let handle = r.registry().lookup("b/c").expect("child");
+    let events = r.services().events().subscribe();
+    (r, handle, events)
+}
+
 /// Injected crash to Active again under one_for_one: a GPU child, and (gpu = false) a plain ractor child;
 /// `latency_mode`: the device's host threads never park.
 pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
     let rt = tokio();
     rt.block_on(async {
-        let child =
-            if gpu { ChildSpec::gpu("c", GpuChild::new("counter")).name("b/c") } else { crashy("c").name("b/c") };
-        let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child);
-        let config = DeviceConfig::default().slots(4).latency_mode(latency_mode);
-        let r = ringvisor::Runtime::start(config, spec).await.expect("runtime");
-        let handle = r.registry().lookup("b/c").expect("child");
-        let mut events = r.services().events().subscribe();
+        let child = if gpu { ChildSpec::gpu("c", GpuChild::new("counter")) } else { crashy("c") };
+        let (r, handle, mut events) =
+            one_child(child, DeviceConfig::default().slots(4).latency_mode(latency_mode)).await;
         let mut samples = Vec::with_capacity(n);
         for _ in 0..(n + n / 10) {
             let t0 = Instant::now();
@@ -85,19 +95,17 @@ pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
     })
 }
 
-/// Where a GPU child's one_for_one restart spends its time (default mode): from the injected crash until the host reads the
-/// slot's Failed event (the device's part: the crash message reaching the actor, block 0 restarting it under the
-/// grant, the event read by the poller), and from there until the supervisor's `ChildStarted` reaches the
-/// waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping, the tree event). The event
-/// is seen by a hook on the device's event path (`Device::on_event`), on the thread that reads it.
+/// Where a GPU child's one_for_one restart spends its time (default mode): from the injected crash until the
+/// host reads the slot's Failed event (the device's part: the crash message reaching the actor, block 0
+/// restarting it under the grant, the event read by the poller), and from there until the supervisor's
+/// `ChildStarted` reaches the waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping,
+/// the tree event). The event is seen by a hook on the device's event path (`Device::on_event`), on the thread
+/// that reads it.
 pub fn restart_breakdown(n: usize) -> (Summary, Summary) {
     let rt = tokio();
     rt.block_on(async {
-        let child = ChildSpec::gpu("c", GpuChild::new("counter")).name("b/c");
-        let spec = SupervisorSpec::new(Strategy::OneForOne).intensity(u32::MAX, Duration::from_secs(1)).child(child);
-        let r = ringvisor::Runtime::start(DeviceConfig::default().slots(4), spec).await.expect("runtime");
-        let handle = r.registry().lookup("b/c").expect("child");
-        let mut events = r.services().events().subscribe();
+        let child = ChildSpec::gpu("c", GpuChild::new("counter"));
+        let (r, handle, mut events) = one_child(child, DeviceConfig::default().slots(4)).await;
         let failed_at = Arc::new(Mutex::new(None::<Instant>));
         let seen = failed_at.clone();
         let hook: Arc<EventHook> = Arc::new(move |e: &SlotEvent| {
