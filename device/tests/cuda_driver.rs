@@ -261,3 +261,25 @@ fn the_idle_pause_grows_with_the_grid_within_its_bounds() {
         assert!(reads_per_second <= 420_000.0, "{blocks} blocks, {slots} slots: {reads_per_second} reads/s");
     }
 }
+
+/// H100, 2026-11-27: a device released while another device of the process was starting hung in
+/// `cuMemFreeHost` for good (the routing suite, the first test's device dropped as the next test opened its
+/// own): the release paused the kernels it knew of, but the starting device's launcher launched its kernel during
+/// the frees, and the free waited for it. Devices opened and released from two threads at once break no driver
+/// rule: a kernel is launched only between quiesces.
+#[test]
+fn devices_opened_while_others_are_released_launch_only_between_the_frees() {
+    // room for four devices of three blocks: a dropped device's blocks come back once its poller has stopped it
+    let gpu = EmulatedDriver::new(EmulatedGpu { sms: 4, ..EmulatedGpu::default() });
+    let churn = || {
+        for _ in 0..12 {
+            let d = open_on(&gpu, 2, |c| c).unwrap();
+            counter_works(&d, 0);
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(churn);
+        s.spawn(churn);
+    });
+    all_released(&gpu);
+}

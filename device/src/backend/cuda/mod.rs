@@ -404,20 +404,15 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
         let r = res.as_ref().expect("resources live while the launcher runs");
         (r.ctx.expect("retained"), r.event.expect("created"), r.key)
     };
-    // Known to quiesces from before its launch: a device opened right after this one pauses it too.
-    book::kernels(key).add(&state.control);
-    let mut first = true;
+    // Launched between quiesces, and known to every later one (a device opened right after this one pauses it).
+    let mut launched = book::kernels(key).launch_first(&state.control, || driver.launch(ctx, &l));
+    if let Some(r) = crate::sync::lock(&state.resources).as_mut() {
+        r.kernel_live = launched.is_ok();
+    }
+    if launched.is_ok() {
+        book::kernel_started(key);
+    }
     let outcome = loop {
-        let launched = driver.launch(ctx, &l);
-        if first {
-            if let Some(r) = crate::sync::lock(&state.resources).as_mut() {
-                r.kernel_live = launched.is_ok();
-            }
-            if launched.is_ok() {
-                book::kernel_started(key);
-            }
-            first = false;
-        }
         if let Err(e) =
             launched.and_then(|_| driver.record_event(ctx, event, l.stream)).and_then(|_| driver.wait_event(ctx, event))
         {
@@ -427,17 +422,13 @@ fn run_kernel(driver: Arc<dyn Driver>, state: Arc<LaunchState>, l: Launch, mode:
             break Ok(());
         }
         if grid.pause_requested() {
-            if state.control.park_if_paused() {
-                continue; // resumed: relaunch over the same memory
-            }
-            if grid.terminate_requested() || grid.pause_requested() {
+            if !state.control.park_if_paused() {
                 break Ok(()); // shut down while parked
             }
-            continue; // the pause was withdrawn before it was acted on
-        }
-        if mode == CudaMode::Persistent {
+        } else if mode == CudaMode::Persistent {
             break Ok(());
         }
+        launched = driver.launch(ctx, &l); // after a pause, or the next bounded run
     };
     state.control.ended();
     let sticky = match &outcome {

@@ -52,17 +52,20 @@ impl Control {
         matches!(*lock(&self.phase), Phase::Pausing | Phase::Parked)
     }
 
-    /// The launcher, after its kernel ended: true if it ended for a pause; the launcher then waits here until
-    /// the quiesce resumes it (true: relaunch) or the device is shut down meanwhile (false).
+    /// The launcher, after its kernel ended for a pause: parks until the quiesce resumes it or withdraws the pause
+    /// (true: relaunch) or the device is shut down meanwhile (false). A quiesce that asks for a pause again before
+    /// the launcher has woken from the last resume finds it still parked (its kernel is not running): the launcher
+    /// stays parked for it instead of taking the new pause for a shutdown (seen as a device lost when two devices
+    /// opened and closed at once).
     pub(crate) fn park_if_paused(&self) -> bool {
         let mut phase = lock(&self.phase);
-        if *phase != Phase::Pausing || self.grid.terminate_requested() {
-            return false;
-        }
-        *phase = Phase::Parked;
-        self.changed.notify_all();
-        while *phase == Phase::Parked && !self.grid.terminate_requested() {
-            phase = self.changed.wait_timeout(phase, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        while *phase == Phase::Pausing && !self.grid.terminate_requested() {
+            *phase = Phase::Parked;
+            self.changed.notify_all();
+            while *phase == Phase::Parked && !self.grid.terminate_requested() {
+                phase =
+                    self.changed.wait_timeout(phase, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+            }
         }
         *phase == Phase::Running && !self.grid.terminate_requested()
     }
@@ -125,10 +128,18 @@ pub(crate) struct Kernels {
 
 impl Kernels {
     /// A persistent kernel was launched.
-    pub(crate) fn add(&self, control: &Arc<Control>) {
+    fn add(&self, control: &Arc<Control>) {
         let mut running = lock(&self.running);
         running.retain(|w| w.strong_count() > 0);
         running.push(Arc::downgrade(control));
+    }
+
+    /// Registers a persistent kernel and makes its first launch between quiesces: one under way ends first (its
+    /// frees would otherwise wait for the new kernel forever: seen on an H100), and every later one pauses it.
+    pub(crate) fn launch_first<T>(&self, control: &Arc<Control>, launch: impl FnOnce() -> T) -> T {
+        let _turn = lock(&self.turn);
+        self.add(control);
+        launch()
     }
 
     /// Runs `f` while every persistent kernel of the GPU is paused, then relaunches them. Fails, running
@@ -158,5 +169,108 @@ impl Kernels {
             c.resume();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::compute_layout;
+    use crate::backend::region::HostRegion;
+    use crate::layout::{RawGridHeader, RawGridParams};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A grid header in host memory (only its `terminate` word is used here), and the region that holds it.
+    fn grid() -> (Arc<SharedGrid>, HostRegion) {
+        let params = RawGridParams {
+            slot_count: 1,
+            inbox_capacity: 4,
+            outbox_capacity: 4,
+            k2k_capacity: 2,
+            command_capacity: 64,
+            event_capacity: 64,
+            state_bytes: 64,
+            bulk_bytes: 0,
+        };
+        let header = compute_layout(&params).unwrap();
+        let region = HostRegion::zeroed(header.shared_bytes).unwrap();
+        // SAFETY: the region is at least as large as the header and page aligned.
+        unsafe { std::ptr::write(region.as_ptr() as *mut RawGridHeader, header) };
+        // SAFETY: the header was written above; the region is returned beside the grid and outlives it.
+        (Arc::new(unsafe { SharedGrid::new(region.as_ptr()) }), region)
+    }
+
+    /// A launcher with a kernel that leaves as soon as a pause is asked for: relaunches for as long as
+    /// `park_if_paused` says so; returns how many times it was relaunched.
+    fn launcher(control: Arc<Control>, grid: Arc<SharedGrid>, relaunches: Arc<AtomicU32>) {
+        loop {
+            while !grid.pause_requested() && !grid.terminate_requested() {
+                std::thread::yield_now(); // the kernel runs
+            }
+            if grid.terminate_requested() || !control.park_if_paused() {
+                control.ended();
+                return;
+            }
+            relaunches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Quiesces back to back: the next one asks for a pause before the launcher has woken from the last one's
+    /// resume. The launcher stays parked for it and is still there, relaunching, after all of them; it leaves only
+    /// for the terminate (it once took the second pause for a shutdown and left: the device was lost).
+    #[test]
+    fn a_pause_asked_again_before_the_launcher_woke_keeps_the_kernel() {
+        let (grid, _region) = grid();
+        let control = Control::new(grid.clone());
+        let kernels = Kernels::default();
+        let relaunches = Arc::new(AtomicU32::new(0));
+        let thread = {
+            let (c, g, r) = (control.clone(), grid.clone(), relaunches.clone());
+            kernels.launch_first(&control, || std::thread::spawn(move || launcher(c, g, r)))
+        };
+        let mut frees = 0;
+        for _ in 0..300 {
+            kernels.quiesced(Duration::from_secs(30), || frees += 1).unwrap();
+            assert_ne!(*lock(&control.phase), Phase::Ended, "the launcher left after {frees} quiesces");
+        }
+        assert_eq!(frees, 300);
+        // resumed for good: the launcher relaunches its kernel
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while relaunches.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the kernel was not relaunched after the last quiesce");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        grid.request_terminate();
+        control.wake();
+        thread.join().unwrap();
+        assert_eq!(*lock(&control.phase), Phase::Ended);
+    }
+
+    /// A kernel registered while a quiesce runs its calls is launched only after them: the calls would wait for
+    /// it forever on a GPU.
+    #[test]
+    fn a_first_launch_waits_for_the_quiesce_under_way() {
+        let (grid, _region) = grid();
+        let kernels = Arc::new(Kernels::default());
+        let launched = Arc::new(AtomicU32::new(0));
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let in_calls = {
+            let (kernels, launched) = (kernels.clone(), launched.clone());
+            std::thread::spawn(move || {
+                kernels
+                    .quiesced(Duration::from_secs(30), || {
+                        entered_tx.send(()).unwrap();
+                        // long enough for the launcher below to have launched, were it not held back
+                        std::thread::sleep(Duration::from_millis(100));
+                        launched.load(Ordering::SeqCst)
+                    })
+                    .unwrap()
+            })
+        };
+        entered_rx.recv().unwrap();
+        let control = Control::new(grid);
+        kernels.launch_first(&control, || launched.store(1, Ordering::SeqCst));
+        assert_eq!(in_calls.join().unwrap(), 0, "a kernel was launched during the quiesce's calls");
+        assert_eq!(launched.load(Ordering::SeqCst), 1);
     }
 }
