@@ -224,8 +224,16 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     const uint32_t stops = RV_DEVICE_STALL | RV_DEVICE_HALT; /* an injected device stall or halt: do nothing */
     if (RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
     uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
-    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
-    if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
+    /* After the tail's acquire, the fault words and the state are read with relaxed loads issued together: on a
+     * GPU one PCIe round trip for the three, where an acquire load each cost one round trip apiece (an acquire
+     * waits for its answer before the next load issues). The tail's acquire orders them after it; nothing read
+     * later relies on an acquire of theirs: an init synchronises on block 0's pending_op (rv_actor_init), the
+     * running states are the actor's own writes, and a one-shot fault's sequence number is read with acquire. */
+    uint32_t stopped = 0;
+    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL)) stopped = rv_load_relaxed_u32(device_faults) & stops;
+    if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_relaxed_u32(&cb->fault_flags);
+    uint32_t state = rv_load_relaxed_u32(&cb->state);
+    if (stopped) return 0;
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (faults & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
@@ -235,11 +243,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         uint32_t seq = rv_load_acquire_u32(&cb->request_seq);
         if (seq != rv_load_relaxed_u32(&cb->request_ack)) {
             rv_actor_handle_request(g, slot, cb, seq);
+            state = rv_load_relaxed_u32(&cb->state); /* the request may have changed it (the actor's own store) */
             out |= RV_STEP_PROGRESS | RV_STEP_ATTENTION;
         }
         ar->checked_device_seq = device_seq;
     }
-    uint32_t state = rv_load_acquire_u32(&cb->state);
     if (state == RV_STATE_INITIALIZING) return out | rv_actor_init(g, slot, cb);
     if (state != RV_STATE_ACTIVE && state != RV_STATE_DRAINING) {
         if (out == 0) ar->quiet = RV_QUIET_STOPPED;
