@@ -404,6 +404,9 @@ RV_STATIC_ASSERT(sizeof(rv_local_header) == 64, "local header is 64 bytes");
 RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
                      RV_OFFSETOF(rv_grid_header, device_faults) == RV_OFFSETOF(rv_grid_header, terminate) + 4,
                  "terminate and device_faults are read with one 64-bit load (little-endian: terminate low)");
+RV_STATIC_ASSERT(RV_OFFSETOF(rv_control_block, inbox_head) % 8 == 0 &&
+                     RV_OFFSETOF(rv_control_block, outbox_tail) == RV_OFFSETOF(rv_control_block, inbox_head) + 4,
+                 "inbox_head and outbox_tail are published with one 64-bit store (little-endian: inbox_head low)");
 RV_STATIC_ASSERT(sizeof(rv_actor_record) == 128, "actor record is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_keeper_record) == 320, "keeper record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");

@@ -195,6 +195,7 @@ static thread_local uint32_t rv_sim_defects __attribute__((unused)) = 0;
  * transaction, so tests hold the protocol to a budget (see rv_host_shared_accesses in host/rv_host.cpp). */
 static thread_local uint64_t rv_host_shared_loads = 0;
 static thread_local uint64_t rv_host_shared_stores = 0;
+static thread_local uint64_t rv_host_shared_releases = 0; /* of the stores, those with release order */
 /* The emulated CUDA driver's cost model of mapped memory: on its kernel threads every system-scope load and release
  * store waits this long (a PCIe round trip, or a release's wait for the earlier stores; 0 on every other thread),
  * so timing the CPU hides shows in CI. A relaxed store is posted: it costs nothing, as on a GPU. */
@@ -221,6 +222,7 @@ RV_FN void rv_host_sys_wait(void) {
 #define RV_HOST_SHARED_STORE(name, T, order)                                                                   \
     RV_FN void name(T *p, T v) {                                                                               \
         rv_host_shared_stores += 1;                                                                            \
+        rv_host_shared_releases += order != __ATOMIC_RELAXED;                                                  \
         if (rv_sim_thread) {                                                                                   \
             (void)rv_sim_hook(RV_SIM_STORE | RV_SIM_SIZE(sizeof(T)) |                                           \
                                   (order == __ATOMIC_RELAXED ? 0u : RV_SIM_ORDERED),                           \

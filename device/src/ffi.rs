@@ -64,7 +64,7 @@ extern "C" {
     pub fn rv_emu_floor(req: *mut u32, resp: *mut u32, n: u32, sys_latency_ns: u32);
     pub fn rv_emu_completed(word: *mut u32);
     pub fn rv_emu_observed(word: *const u32);
-    pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, reset: i32);
+    pub fn rv_host_shared_accesses(loads: *mut u64, stores: *mut u64, releases: *mut u64, reset: i32);
     // The deterministic simulator (device/src/sim).
     pub fn rv_sim_install(hook: extern "C" fn(op: u32, p: *mut core::ffi::c_void, value: u64) -> u64);
     pub fn rv_sim_enter(on: i32, defects: u32);

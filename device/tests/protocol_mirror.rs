@@ -107,7 +107,7 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     (
         "actor",
         Side::C,
-        &["rv_actor_cache_load", "rv_consume_inbox", "rv_keep_hlc"],
+        &["rv_actor_cache_load", "rv_keep_hlc"],
         "the actor's local copies of its control block's fields (C: the control block is across PCIe on a GPU; \
          WGSL's shared region is device memory)",
     ),

@@ -194,11 +194,13 @@ extern "C" void rv_sim_block(void *shared, void *local, const rv_behaviour_fn *t
     rv_block_run(&v, block, slots_per_block, budget, 0, block0_backoff_ns, actor_backoff_ns);
 }
 
-/* The calling thread's system-scope (shared-region) loads and stores since its last reset (see rv_port.h). */
-extern "C" void rv_host_shared_accesses(uint64_t *loads, uint64_t *stores, int reset) {
+/* The calling thread's system-scope (shared-region) loads, stores, and of the stores those with release order, since
+ * its last reset (see rv_port.h). */
+extern "C" void rv_host_shared_accesses(uint64_t *loads, uint64_t *stores, uint64_t *releases, int reset) {
     *loads = rv_host_shared_loads;
     *stores = rv_host_shared_stores;
-    if (reset) rv_host_shared_loads = rv_host_shared_stores = 0;
+    *releases = rv_host_shared_releases;
+    if (reset) rv_host_shared_loads = rv_host_shared_stores = rv_host_shared_releases = 0;
 }
 
 #include "rv_layout_report.inc"

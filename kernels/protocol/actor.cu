@@ -57,13 +57,6 @@ RV_FN void rv_actor_cache_load(const rv_grid_view *g, uint32_t slot, rv_control_
     ar->stall_until_ns = rv_load_relaxed_u64(&cb->stall_until_ns);
 }
 
-/* The actor consumed its inbox up to `head`: its copy, then the control block's (release: the host reuses cells
- * below it). */
-RV_FN void rv_consume_inbox(rv_control_block *cb, rv_actor_record *ar, uint32_t head) {
-    ar->inbox_head = head;
-    rv_store_release_u32(&cb->inbox_head, head);
-}
-
 /* The actor's clock after a step: its copy and the control block's. */
 RV_FN void rv_keep_hlc(rv_control_block *cb, rv_actor_record *ar, uint64_t hlc) {
     ar->hlc = hlc;
@@ -348,8 +341,8 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             rv_reply_error(&ctx, RV_ERR_BAD_ENVELOPE, msg->kind);
             head += 1;
             if (RV_DEFECT(RV_DEFECT_ERROR_REPLY_BEFORE_CONSUMED)) out |= rv_finish_message(&ctx, 1);
-            rv_consume_inbox(cb, ar, head); /* before the answer, as for every message (found by the simulator) */
-            out |= rv_finish_message(&ctx, 1);
+            /* consumed before (or with) the answer, as every message (found by the simulator) */
+            out |= rv_consume_and_finish(&ctx, head);
             done += 1;
             continue;
         }
@@ -361,8 +354,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
             if (rc == RV_ERR_OUTBOX_FULL) break; /* offered again once the host has read earlier replies */
             if (rc != RV_OK) rv_reply_error(&ctx, rc, len);
             head += 1;
-            rv_consume_inbox(cb, ar, head);
-            out |= rv_finish_message(&ctx, 1);
+            out |= rv_consume_and_finish(&ctx, head);
             done += 1;
             continue;
         }
@@ -385,8 +377,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         if (msg->kind == RV_KIND_K2K) cb->k2k_received += 1;
         head += 1;
         if (RV_DEFECT(RV_DEFECT_REPLY_BEFORE_CONSUMED)) out |= rv_finish_message(&ctx, 1);
-        rv_consume_inbox(cb, ar, head);
-        out |= rv_finish_message(&ctx, 1);
+        out |= rv_consume_and_finish(&ctx, head);
         if (msg->flags & RV_FLAG_TRACE) rv_record_trace(g, slot, began_ns, read_ns, ran_ns);
         done += 1;
         /* A stall requested by this message takes effect at once. */

@@ -226,9 +226,10 @@ RV_API void rv_stall_for(rv_actor_ctx *ctx, uint64_t ns) {
     ctx->stall_requested = 1;
 }
 
-/* Publishes (ok) or voids (!ok) what the behaviour staged for the current message. */
-RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
-    uint32_t out = 0;
+/* Everything of rv_finish_message but the outbox tail's store: releases (ok) or voids (!ok) the kernel-to-kernel
+ * sends, copies the staged reply into the outbox, moves the actor's copy of the outbox tail. Returns the outbox tail
+ * to publish (the old one: nothing to publish). */
+RV_FN uint32_t rv_stage_publication(rv_actor_ctx *ctx, int ok) {
     for (uint32_t i = 0; i < ctx->send_count; ++i) {
         rv_k2k_cell *cell = ctx->send_cells[i];
         if (!ok) cell->env.kind = RV_KIND_VOID;
@@ -253,12 +254,37 @@ RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
         ctx->reply_staged = 0;
         ctx->reply_bulk = 0;
     }
-    if (publish != tail) {
-        ar->outbox_tail = publish;
-        rv_store_release_u32(&ctx->cb->outbox_tail, publish);
-        out |= RV_STEP_REPLIED;
+    ar->outbox_tail = publish;
+    return publish;
+}
+
+/* Publishes (ok) or voids (!ok) what the behaviour staged for the current message. */
+RV_FN uint32_t rv_finish_message(rv_actor_ctx *ctx, int ok) {
+    uint32_t tail = ctx->g->actors[ctx->slot].outbox_tail;
+    uint32_t publish = rv_stage_publication(ctx, ok);
+    if (publish == tail) return 0;
+    rv_store_release_u32(&ctx->cb->outbox_tail, publish);
+    return RV_STEP_REPLIED;
+}
+
+/* The host's message just handled is consumed (the inbox head moves to `head`: the host reuses the cells below it)
+ * and what it staged is published, never before its message is consumed (the simulator found an answer read while
+ * its message still lay in the inbox, handed back as unprocessed when the actor then failed). The inbox
+ * head and the outbox tail are adjacent (line 2 of the control block): when a reply or routed sends and no
+ * kernel-to-kernel send are to be published, one 64-bit release store writes both, so a host that has read the
+ * reply sees its message consumed, with one release where two cost two (on a GPU each waits for the thread's
+ * earlier stores to reach the host across PCIe). Kernel-to-kernel sends keep the two stores: another actor must not
+ * see them before the message is consumed. */
+RV_FN uint32_t rv_consume_and_finish(rv_actor_ctx *ctx, uint32_t head) {
+    rv_actor_record *ar = &ctx->g->actors[ctx->slot];
+    ar->inbox_head = head;
+    if (ctx->send_count != 0 || (!ctx->reply_staged && ctx->routed_count == 0)) {
+        rv_store_release_u32(&ctx->cb->inbox_head, head);
+        return rv_finish_message(ctx, 1);
     }
-    return out;
+    uint32_t publish = rv_stage_publication(ctx, 1);
+    rv_store_release_u64((uint64_t *)&ctx->cb->inbox_head, (uint64_t)publish << 32 | head);
+    return RV_STEP_REPLIED;
 }
 
 #endif /* RV_PROTOCOL_API_CU */

@@ -259,9 +259,8 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
         if (corrupt || !rv_envelope_valid(slot)) {
             s32w(cb + O_control_block_bad_envelopes, s32(cb + O_control_block_bad_envelopes) + 1u);
             rv_reply_error(RV_ERR_BAD_ENVELOPE, m_kind());
-            out = out | rv_finish_message(true);
             head = head + 1u;
-            s32w(cb + O_control_block_inbox_head, head);
+            out = out | rv_consume_and_finish(head);
             done = done + 1u;
             continue;
         }
@@ -271,8 +270,7 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
             if (rc == RV_ERR_OUTBOX_FULL) { break; }
             if (rc != RV_OK) { rv_reply_error(rc, len); }
             head = head + 1u;
-            s32w(cb + O_control_block_inbox_head, head);
-            out = out | rv_finish_message(true);
+            out = out | rv_consume_and_finish(head);
             done = done + 1u;
             continue;
         }
@@ -295,8 +293,7 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
             s32w(cb + O_control_block_k2k_received, s32(cb + O_control_block_k2k_received) + 1u);
         }
         head = head + 1u;
-        s32w(cb + O_control_block_inbox_head, head);
-        out = out | rv_finish_message(true);
+        out = out | rv_consume_and_finish(head);
         done = done + 1u;
         if (rv_stall_requested(slot)) {
             stalled = true;

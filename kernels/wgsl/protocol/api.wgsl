@@ -283,8 +283,8 @@ fn rv_stall_for(ns: vec2<u32>) {
     s64w(cb_at(c_slot) + O_control_block_stall_until_ns, u64_add(rv_grid_now(), ns));
 }
 
-fn rv_finish_message(ok: bool) -> u32 {
-    var out = 0u;
+// As the C protocol's: everything of rv_finish_message but the outbox tail's store; returns the tail to publish.
+fn rv_stage_publication(ok: bool) -> u32 {
     for (var i = 0u; i < c_send_count; i = i + 1u) {
         let cell = c_send_cells[i];
         if (!ok) {
@@ -313,11 +313,31 @@ fn rv_finish_message(ok: bool) -> u32 {
         c_reply_staged = 0u;
         c_reply_bulk = 0u;
     }
-    if (publish != tail) {
-        s32w(cb + O_control_block_outbox_tail, publish);
-        out = out | RV_STEP_REPLIED;
+    return publish;
+}
+
+fn rv_finish_message(ok: bool) -> u32 {
+    let cb = cb_at(c_slot);
+    let tail = s32(cb + O_control_block_outbox_tail);
+    let publish = rv_stage_publication(ok);
+    if (publish == tail) { return 0u; }
+    s32w(cb + O_control_block_outbox_tail, publish);
+    return RV_STEP_REPLIED;
+}
+
+// As the C protocol's: the message is consumed (the inbox head moves to `head`), then what it staged is published.
+// C writes both words with one 64-bit release store when it can; WGSL's shared region is device memory the host
+// reads after the dispatch, so the two stores cost nothing more here.
+fn rv_consume_and_finish(head: u32) -> u32 {
+    let cb = cb_at(c_slot);
+    if (c_send_count != 0u || (c_reply_staged == 0u && c_routed_count == 0u)) {
+        s32w(cb + O_control_block_inbox_head, head);
+        return rv_finish_message(true);
     }
-    return out;
+    s32w(cb + O_control_block_inbox_head, head);
+    let publish = rv_stage_publication(true);
+    s32w(cb + O_control_block_outbox_tail, publish);
+    return RV_STEP_REPLIED;
 }
 
 
