@@ -269,8 +269,7 @@ fn the_idle_pause_grows_with_the_grid_within_its_bounds() {
 /// rule: a kernel is launched only between quiesces.
 #[test]
 fn devices_opened_while_others_are_released_launch_only_between_the_frees() {
-    // room for four devices of three blocks: a dropped device's blocks come back once its poller has stopped it
-    let gpu = EmulatedDriver::new(EmulatedGpu { sms: 4, ..EmulatedGpu::default() });
+    let gpu = EmulatedDriver::new(EmulatedGpu::default());
     let churn = || {
         for _ in 0..12 {
             let d = open_on(&gpu, 2, |c| c).unwrap();
@@ -281,5 +280,29 @@ fn devices_opened_while_others_are_released_launch_only_between_the_frees() {
         s.spawn(churn);
         s.spawn(churn);
     });
+    all_released(&gpu);
+}
+
+/// The last handle's drop stops the device on the dropping thread: when it returns, the kernel has left and the
+/// GPU's blocks are free, so a device that needs them all opens at once. (The poller holds the device for each of
+/// its polls, without parking in the latency mode: the last handle's drop often left the shutdown to the poller,
+/// a moment later, and a reopen in that moment found no room.) A clone keeps the device running.
+#[test]
+fn a_device_dropped_by_its_last_handle_has_left_the_gpu_when_the_drop_returns() {
+    let gpu = EmulatedDriver::new(EmulatedGpu::default());
+    let open = || {
+        let cuda = CudaConfig { driver: CudaDriver::Emulated(gpu.clone()), ..CudaConfig::default() };
+        // eight slots ask for more blocks than the GPU has: the grid takes every block it may
+        Device::open(DeviceConfig::default().slots(8).latency_mode(true).backend(Backend::Cuda(cuda))).unwrap()
+    };
+    for round in 0..20 {
+        let device = open();
+        counter_works(&device, 0);
+        let clone = device.clone();
+        drop(device);
+        assert_eq!(i64_of(&clone.call(0, &1i64.to_le_bytes(), T).unwrap()), 4, "a clone keeps the device");
+        drop(clone);
+        assert_eq!(gpu.running_kernels(), 0, "round {round}: the kernel still ran after the last handle's drop");
+    }
     all_released(&gpu);
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Device;
+use super::{Device, DeviceInner};
 use crate::behaviour::BehaviourId;
 use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_KIND_STATE};
@@ -53,35 +53,7 @@ impl Device {
         for p in payloads {
             self.check_payload(p.as_ref())?;
         }
-        self.publish_batch(slot, payloads.iter().map(AsRef::as_ref))
-    }
-
-    /// [`Device::send_batch`] of payloads already checked against the largest payload (a coalescing sender's
-    /// buffer), given as an iterator so that the caller need not collect them.
-    pub(super) fn publish_batch<'a>(
-        &self,
-        slot: u32,
-        payloads: impl ExactSizeIterator<Item = &'a [u8]>,
-    ) -> Result<usize, DeviceError> {
-        if payloads.len() == 0 {
-            return Ok(0);
-        }
-        let inner = &self.inner;
-        let hlc = host_hlc();
-        // the batch's correlation ids reserved at once (one atomic add on a line other threads use, not one per
-        // message: that add was half of a batched send's time); ids of messages the inbox has no room for are
-        // skipped, and ids need only be unique
-        let mut next = inner.next_correlation.fetch_add(payloads.len() as u64, Ordering::Relaxed);
-        let envelope = |payload: &[u8]| {
-            let correlation = next;
-            next += 1;
-            // a large payload is not copied into an envelope first: it goes straight to the bulk area
-            Envelope::raw_to_actor(slot, correlation, payload, false, hlc)
-        };
-        match inner.write_inbox(slot, payloads, envelope, |_| {})? {
-            0 => Err(DeviceError::InboxFull { slot }),
-            n => Ok(n),
-        }
+        self.inner.publish_batch(slot, payloads.iter().map(AsRef::as_ref))
     }
 
     /// Sends a one-way message, waiting up to `timeout` for room in the inbox.
@@ -354,4 +326,33 @@ pub(super) fn host_hlc() -> u64 {
         0
     };
     ms << 16
+}
+
+impl DeviceInner {
+    /// [`Device::send_batch`] of payloads already checked against the largest payload (a coalescing sender's
+    /// buffer), given as an iterator so that the caller need not collect them.
+    pub(super) fn publish_batch<'a>(
+        &self,
+        slot: u32,
+        payloads: impl ExactSizeIterator<Item = &'a [u8]>,
+    ) -> Result<usize, DeviceError> {
+        if payloads.len() == 0 {
+            return Ok(0);
+        }
+        let hlc = host_hlc();
+        // the batch's correlation ids reserved at once (one atomic add on a line other threads use, not one per
+        // message: that add was half of a batched send's time); ids of messages the inbox has no room for are
+        // skipped, and ids need only be unique
+        let mut next = self.next_correlation.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+        let envelope = |payload: &[u8]| {
+            let correlation = next;
+            next += 1;
+            // a large payload is not copied into an envelope first: it goes straight to the bulk area
+            Envelope::raw_to_actor(slot, correlation, payload, false, hlc)
+        };
+        match self.write_inbox(slot, payloads, envelope, |_| {})? {
+            0 => Err(DeviceError::InboxFull { slot }),
+            n => Ok(n),
+        }
+    }
 }

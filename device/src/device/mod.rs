@@ -59,7 +59,7 @@ pub use trace::{CallTrace, DeviceStamps};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use accounting::SlotHost;
@@ -117,11 +117,28 @@ pub(crate) struct DeviceInner {
     senders: Mutex<Vec<std::sync::Weak<sender::SenderBuffer>>>,
 }
 
-/// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped or on
-/// [`Device::shutdown`].
+/// A handle on an open device. Cheap to clone; the device shuts down when the last handle is dropped (on the
+/// thread that drops it: when that drop returns, the executor has stopped and a GPU's resident blocks are free for
+/// another device) or on [`Device::shutdown`].
 #[derive(Clone)]
 pub struct Device {
+    /// Dropped before `inner` (declaration order): the last handle's shutdown runs while this handle still holds
+    /// the device, so no other thread can be the one that drops it last.
+    _handles: Arc<LastHandle>,
     inner: Arc<DeviceInner>,
+}
+
+/// Shared by a device's handles: the last one dropped shuts the device down. The device's own threads hold it
+/// for moments (the poller during each poll), so without this the last handle's drop could leave the shutdown to
+/// one of them, later: an immediate reopen on a GPU with no room for two grids failed.
+struct LastHandle(Weak<DeviceInner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        if let Some(device) = self.0.upgrade() {
+            device.shutdown();
+        }
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -190,7 +207,8 @@ impl Device {
             .name("ringvisor-poller".into())
             .spawn(move || poll::poller(weak, config.host_threads()))
             .map_err(|e| DeviceError::InvalidConfig(format!("cannot spawn the poller thread: {e}")))?;
-        Ok(Device { inner })
+        let handles = Arc::new(LastHandle(Arc::downgrade(&inner)));
+        Ok(Device { _handles: handles, inner })
     }
 
     /// Whether `other` is a handle on this same device (not merely one configured alike).

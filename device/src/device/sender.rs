@@ -60,7 +60,7 @@ impl Pending {
     }
 
     /// Publishes what fits in the inbox now, in order, and removes it from the buffer. `Ok(true)` once empty.
-    fn publish(&mut self, device: &Device, slot: u32) -> Result<bool, DeviceError> {
+    fn publish(&mut self, device: &DeviceInner, slot: u32) -> Result<bool, DeviceError> {
         if self.ends.is_empty() {
             return Ok(true);
         }
@@ -159,7 +159,7 @@ impl SlotSender {
         let deadline = Instant::now() + self.timeout;
         let mut retry = Retry::new(Duration::from_micros(100));
         loop {
-            if pending.publish(&self.device, self.buffer.slot)? {
+            if pending.publish(&self.device.inner, self.buffer.slot)? {
                 return Ok(());
             }
             if !retry.again(deadline) {
@@ -187,13 +187,11 @@ impl DeviceInner {
         if senders.is_empty() {
             return;
         }
-        let mut device = None;
         senders.retain(|weak| {
             let Some(buffer) = weak.upgrade() else { return false };
             if let Some(mut pending) = buffer.pending.try_lock() {
                 if pending.oldest.is_some_and(|t| t.elapsed() >= buffer.max_delay) {
-                    let device = device.get_or_insert_with(|| Device { inner: self.clone() });
-                    let _ = pending.publish(device, buffer.slot);
+                    let _ = pending.publish(self, buffer.slot);
                 }
             }
             true
