@@ -222,11 +222,12 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
      * waits for its answer before the next load issues). The tail's acquire orders them after it; nothing read
      * later relies on an acquire of theirs: an init synchronises on block 0's pending_op (rv_actor_init), the
      * running states are the actor's own writes, and a one-shot fault's sequence number is read with acquire. */
-    uint32_t stopped = 0;
-    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL)) stopped = rv_load_relaxed_u32(device_faults) & stops;
+    /* (no value used before the last load is issued: a GPU thread stalls at the first use of a load in flight) */
+    uint32_t dev_faults = 0;
+    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL)) dev_faults = rv_load_relaxed_u32(device_faults);
     if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_relaxed_u32(&cb->fault_flags);
     uint32_t state = rv_load_relaxed_u32(&cb->state);
-    if (stopped) return 0;
+    if (dev_faults & stops) return 0;
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (faults & RV_FAULT_WEDGE) return 0;
     uint32_t out = 0;
