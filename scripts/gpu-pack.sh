@@ -4,8 +4,17 @@
 # .gpu/gpu-pack.tar.xz (git ignores .gpu/).
 #
 #   scripts/gpu-pack.sh [TEST-NAME-FILTER...]
+#
+# Without filters it packs the test binaries gpu-suite.sh runs (about 23 MB): every test binary of the workspace
+# packed is over 60 MB, near the device tool's 64 MiB limit on what travels. `all` packs every one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -eq 0 ]; then
+  set -- lifecycle large_messages routing api bad_input device_faults fuzz_boundary sensor multi_device \
+    device_recovery otp_conformance chaos
+elif [ "$*" = all ]; then
+  set --
+fi
 dest=.gpu
 rm -rf "$dest/bin" && mkdir -p "$dest/bin"
 cargo build --release -p ringvisor -p ringvisor-bench --bins
