@@ -14,6 +14,21 @@ RV_STEP_API void rv_init_thread(const rv_grid_view *v, uint32_t global_thread, u
     for (uint32_t slot = global_thread; slot < v->slot_count; slot += stride) rv_init_local_slot(v, slot);
 }
 
+/* A block that agreed to a pause (it holds one of the grid's acknowledgements, for the round that ends when the
+ * count reaches `target`) and finds the pause withdrawn takes its acknowledgement back, unless every block has
+ * agreed meanwhile: that decision stands (the count never goes down from the target), and it leaves with the
+ * others. Returns 1 if it must leave. */
+RV_FN int rv_pause_withdraw(const rv_grid_view *v, uint32_t target) {
+    uint32_t *acks = &v->local_header->pause_acks;
+    uint32_t count = rv_load_acquire_dev_u32(acks);
+    while ((int32_t)(count - target) < 0) {
+        uint32_t seen = rv_cas_u32(acks, count, count - 1);
+        if (seen == count) return 0;
+        count = seen;
+    }
+    return 1;
+}
+
 /* The persistent kernel, for one block (its first thread). max_iterations == 0: runs until the host sets
  * terminate or pause (persistent mode); > 0: returns after that many iterations (event-driven mode, the host
  * relaunches). Idle, block 0 backs off up to block0_backoff_ns between steps, an actor block up to
@@ -21,7 +36,12 @@ RV_STEP_API void rv_init_thread(const rv_grid_view *v, uint32_t global_thread, u
  * the actor blocks' pause with the grid, so that a large fleet of idle actors does not saturate the bus that
  * block 0's own accesses take). Every block counts itself in the local
  * header once per launch; block 0 publishes the count (the host's started-blocks handshake). An actor block
- * whose sweep published replies rings its doorbell (the host polls doorbells, not every slot). */
+ * whose sweep published replies rings its doorbell (the host polls doorbells, not every slot).
+ * A pause (the host's quiesce, cuda/quiesce.rs) is agreed by every block before any leaves: each block, between
+ * two steps, adds itself to the grid's count and waits, doing no work, until the count says all have. A block
+ * stuck in a behaviour never agrees; the host withdraws the pause after its wait and the blocks that had agreed
+ * take their agreement back and go on: none has left, block 0 among them (they once left one by one, and a
+ * withdrawn pause left the device without block 0 for good). */
 RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t slots_per_block, uint32_t budget,
                               uint64_t max_iterations, uint32_t block0_backoff_ns, uint32_t actor_backoff_ns) {
     uint32_t max_backoff_ns = block == 0 ? block0_backoff_ns : actor_backoff_ns;
@@ -36,11 +56,33 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
     /* this block's doorbell count, carried over from the previous launch (event-driven mode relaunches) */
     uint32_t rings = block > 0 ? rv_load_relaxed_u32(&v->doorbells[block]) : 0;
     uint32_t backoff_ns = 0;
-    for (uint64_t it = 0; max_iterations == 0 || it < max_iterations; ++it) {
+    uint32_t grid = 1 + (v->slot_count + slots_per_block - 1) / slots_per_block; /* as the host sizes it */
+    uint32_t pause_target = 0; /* while this block agrees to a pause: the count at which every block has */
+    uint64_t it = 0;
+    for (; max_iterations == 0 || it < max_iterations; ++it) {
         /* terminate and device_faults are adjacent in the header: one 64-bit load reads both (one PCIe read on a
          * GPU). An injected halt: the kernel leaves for good and the device stops answering (device lost). */
         uint64_t flags = rv_load_acquire_u64((const uint64_t *)&v->header->terminate);
-        if ((uint32_t)flags != 0 || ((uint32_t)(flags >> 32) & RV_DEVICE_HALT)) break;
+        uint32_t word = (uint32_t)flags;
+        if ((word != 0 && word != RV_TERMINATE_PAUSE) || ((uint32_t)(flags >> 32) & RV_DEVICE_HALT)) break;
+        if (word == RV_TERMINATE_PAUSE && pause_target == 0) {
+            uint32_t before = rv_fetch_add_u32(&v->local_header->pause_acks, 1);
+            pause_target = (before / grid + 1) * grid;
+        }
+        if (pause_target != 0) {
+            if (word != RV_TERMINATE_PAUSE) {
+                if (rv_pause_withdraw(v, pause_target)) break;
+                pause_target = 0; /* withdrawn: back to work */
+            } else if ((int32_t)(rv_load_acquire_dev_u32(&v->local_header->pause_acks) - pause_target) >= 0) {
+                break; /* every block agreed: all leave */
+            } else {
+                /* Agreed: no more steps until the others agree or the pause is withdrawn (a block that went on
+                 * working could enter a behaviour that never returns after agreeing, and hold the others). */
+                backoff_ns = backoff_ns == 0 ? 32 : (backoff_ns < max_backoff_ns ? backoff_ns * 2 : max_backoff_ns);
+                rv_pause(backoff_ns);
+                continue;
+            }
+        }
         uint32_t progress = 0;
         if (block == 0) {
             uint32_t started = rv_load_relaxed_dev_u32(&v->local_header->blocks_started);
@@ -61,6 +103,9 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
             rv_pause(backoff_ns);
         }
     }
+    /* A bounded run's end (event-driven mode) with an agreement held: take it back, or the count of the next pause
+     * would be off by it (a pause agreed meanwhile stands: the relaunch after it starts a new round). */
+    if (pause_target != 0 && max_iterations != 0 && it == max_iterations) (void)rv_pause_withdraw(v, pause_target);
 }
 /* The clock probe (`cuda/clock.rs`): answers each round i = 1, 2, ..., rounds that the host stores into cells[0] with
  * the device's raw clock in cells[1], then i in cells[2] (release), all in mapped memory: the host brackets each

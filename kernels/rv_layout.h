@@ -316,7 +316,8 @@ typedef struct RV_ALIGN(64) rv_grid_header {
 /* The first 64 bytes of the local region: counters the blocks update with device-scope atomics. */
 typedef struct RV_ALIGN(64) rv_local_header {
     uint32_t blocks_started; /* each block adds 1 when it enters the persistent kernel; block 0 publishes it */
-    uint32_t pad0;
+    uint32_t pause_acks;     /* blocks that agreed to the pause asked for (rv_entry.cu): free-running, a whole
+                              * grid's worth per pause carried out */
     uint64_t keeper_beats; /* block 0's heartbeat count (the shared header's keeper_heartbeat is its copy:
                                 * block 0 never reads mapped memory to count) */
     uint8_t reserved[48];

@@ -302,7 +302,7 @@ pub struct RawGridHeader {
 #[derive(Clone, Copy, Debug)]
 pub struct RawLocalHeader {
     pub blocks_started: u32,
-    pub pad0: u32,
+    pub pause_acks: u32,
     pub keeper_beats: u64,
     pub reserved: [u8; 48],
 }

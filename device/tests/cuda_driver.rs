@@ -71,7 +71,8 @@ fn two_devices_on_one_gpu_open_run_and_close_in_either_order() {
 
 /// A persistent kernel that cannot pause (a block inside a behaviour that does not return: here an init busy
 /// for 10 s, the test behaviour's longest) fails the second open with a clear error after the pause wait, instead
-/// of hanging it; the first device is not disturbed and answers as soon as its init is done.
+/// of hanging it; the first device is not disturbed: it answers as soon as its init is done, and its block 0,
+/// which had agreed to the withdrawn pause, still carries out commands.
 #[test]
 fn a_kernel_that_cannot_pause_fails_a_second_open_clearly_and_keeps_running() {
     let gpu = EmulatedDriver::new(EmulatedGpu::default());
@@ -99,6 +100,10 @@ fn a_kernel_that_cannot_pause_fails_a_second_open_clearly_and_keeps_running() {
     assert_eq!(gpu.violations(), Vec::<String>::new());
     init.wait_blocking(Duration::from_secs(30)).unwrap();
     assert_eq!(first.call(0, &test_msg(1, 0, 0), T).unwrap().payload().unwrap(), &test_msg(1, 0, 0)[..]);
+    // the other blocks had agreed to the pause and went on when it was withdrawn: block 0 still carries out
+    // commands (they once left one by one, and block 0 never came back)
+    first.create(1, "counter", &1i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(i64_of(&first.call(1, &2i64.to_le_bytes(), T).unwrap()), 3);
     drop(first);
     all_released(&gpu);
 }

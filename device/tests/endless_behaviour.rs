@@ -132,3 +132,30 @@ fn cpu_devices_with_other_settings_have_pools_of_their_own() {
     let c = pool_of(10);
     assert!(c.describe().contains("3 workers shared by 2 device(s)"), "{}", c.describe());
 }
+
+/// On the CUDA backend (the emulated driver): a block stuck in a behaviour never agrees to a pause, so another
+/// device's open fails after the pause wait; the other blocks of the first device's kernel had agreed, and go on
+/// when the pause is withdrawn: block 0 still carries out commands and the other slots answer. (The blocks once
+/// left one by one at a pause: block 0 was gone for good, and no command was carried out again.)
+#[test]
+fn cuda_emulated_a_block_stuck_in_a_behaviour_keeps_the_rest_of_its_kernel_through_a_failed_pause() {
+    let gpu = EmulatedDriver::new(EmulatedGpu::default());
+    let open = || {
+        let cuda = CudaConfig { driver: CudaDriver::Emulated(gpu.clone()), ..CudaConfig::default() };
+        // two slots on blocks of their own (the emulated GPU has room for three blocks of this grid)
+        Device::open(DeviceConfig::default().slots(2).lost_after(None).backend(Backend::Cuda(cuda)))
+    };
+    let first = open().unwrap();
+    first.create(0, "test", &[]).unwrap().wait_blocking(T).unwrap();
+    first.send(0, &test_msg(6, 0, 0)).unwrap(); // slot 0's block spins for good
+    wait_until_stuck(&first, 0);
+    let err = open().unwrap_err();
+    assert!(err.to_string().contains("did not pause"), "{err}");
+    first.create(1, "counter", &1i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
+    assert_eq!(i64_of(&first.call(1, &2i64.to_le_bytes(), T).unwrap()), 3);
+    assert_eq!(gpu.violations(), Vec::<String>::new());
+    // its kernel cannot leave: the shutdown abandons it within its bound
+    let started = Instant::now();
+    drop(first);
+    assert!(started.elapsed() < Duration::from_secs(30), "shutdown took {:?}", started.elapsed());
+}

@@ -163,7 +163,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             pad7,
         ]
     );
-    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, keeper_beats, reserved]);
+    fields!(m, "rv_local_header", RawLocalHeader, [blocks_started, pause_acks, keeper_beats, reserved]);
     fields!(
         m,
         "rv_keeper_record",
