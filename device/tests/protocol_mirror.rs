@@ -125,6 +125,12 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
 const CALL_DIFFERENCES: &[(&str, &str, &str)] = &[
     ("rv_raise_attention", "rv_attention_words", "C's view holds the summary's place (rv_attention_summary)"),
     ("rv_keeper_step", "rv_attention_words", "as rv_raise_attention"),
+    (
+        "rv_consume_and_finish",
+        "rv_stage_publication",
+        "C publishes the inbox head with the outbox tail in one 64-bit store where it can; WGSL stores the two in \
+         sequence (rv_finish_message), as cheaply",
+    ),
     ("rv_payload_len", "rv_bulk_at", "WGSL checks the reference through m_bulk_at (a private copy of the message)"),
     ("rv_forward_payload", "rv_payload_len", "WGSL reads the length of the payload it forwards; C is given it"),
     ("rv_actor_step", "rv_actor_idle", "WGSL checks idleness in its scan dispatch (rv_slot_idle)"),

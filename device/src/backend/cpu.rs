@@ -404,7 +404,6 @@ mod tests {
         }
     }
 
-    /// This thread's shared-region (system-scope) loads and stores since the last call.
     /// The calling thread's shared-region loads, stores and release stores since the last call.
     fn shared_accesses() -> (u64, u64, u64) {
         let (mut loads, mut stores, mut releases) = (0, 0, 0);

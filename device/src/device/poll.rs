@@ -179,8 +179,8 @@ impl DeviceInner {
     /// the other devices of its router (an answer forwarded from elsewhere). Replies in other slots' outboxes do
     /// not make it poll the whole device: they are not its answer, and the executor's word about them stays set
     /// after its own reply was taken here, so every call would begin with a whole poll (its read-modify-writes of
-    /// the lines the workers mark: a tenth of a latency-mode call loop's samples); they wait for the next whole poll, or for the
-    /// poller, which the last caller to stop polling wakes.
+    /// the lines the workers mark: a tenth of a latency-mode call loop's samples); they wait for the next whole
+    /// poll, or for the poller, which the last caller to stop polling wakes.
     pub(super) fn assist_call(
         &self,
         waiter: &Completion<Result<Reply, DeviceError>>,

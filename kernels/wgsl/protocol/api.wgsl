@@ -327,17 +327,10 @@ fn rv_finish_message(ok: bool) -> u32 {
 
 // As the C protocol's: the message is consumed (the inbox head moves to `head`), then what it staged is published.
 // C writes both words with one 64-bit release store when it can; WGSL's shared region is device memory the host
-// reads after the dispatch, so the two stores cost nothing more here.
+// reads after the dispatch, so the two stores in sequence cost nothing more here.
 fn rv_consume_and_finish(head: u32) -> u32 {
-    let cb = cb_at(c_slot);
-    if (c_send_count != 0u || (c_reply_staged == 0u && c_routed_count == 0u)) {
-        s32w(cb + O_control_block_inbox_head, head);
-        return rv_finish_message(true);
-    }
-    s32w(cb + O_control_block_inbox_head, head);
-    let publish = rv_stage_publication(true);
-    s32w(cb + O_control_block_outbox_tail, publish);
-    return RV_STEP_REPLIED;
+    s32w(cb_at(c_slot) + O_control_block_inbox_head, head);
+    return rv_finish_message(true);
 }
 
 

@@ -201,7 +201,7 @@ mod tests {
     }
 
     /// A launcher with a kernel that leaves as soon as a pause is asked for: relaunches for as long as
-    /// `park_if_paused` says so; returns how many times it was relaunched.
+    /// `park_if_paused` says so, counting its relaunches in `relaunches`.
     fn launcher(control: Arc<Control>, grid: Arc<SharedGrid>, relaunches: Arc<AtomicU32>) {
         loop {
             while !grid.pause_requested() && !grid.terminate_requested() {
