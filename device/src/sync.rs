@@ -1,6 +1,6 @@
 //! Small hand-off primitives usable from both sync and async code: a one-shot [`Completion`] and an
 //! unbounded multi-consumer [`Stream`] (tokio's channels cannot wait with a timeout from plain threads, and
-//! std's cannot be awaited; these do both); and the crate's one lock helper.
+//! std's cannot be awaited; these do both); and the crate's lock helpers.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,15 @@ use tokio::sync::Notify;
 /// (single assignments and whole-record updates), and the device must keep accounting after a user's panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Locks `m` if no one holds it now (poisoning ignored, as by [`lock`]); `None` while another thread does.
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 /// A value delivered once.

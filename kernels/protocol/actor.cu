@@ -268,7 +268,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
     }
     int stalled = 0;
-    uint64_t now = rv_grid_now_ns(g);
+    uint64_t now = began_ns;
 
     /* Kernel-to-kernel inbox first: what other actors sent before the host's next message is seen first. */
     rv_k2k_meta *meta = &g->k2k_meta[slot];

@@ -86,9 +86,13 @@ impl Device {
         timeout: Duration,
         start: impl FnOnce(Instant) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
-        let deadline = Instant::now() + timeout;
+        // One clock read for the whole call on its fast path: the assist's window is measured from here too (the
+        // write before it takes a fraction of a microsecond unless it waits for inbox room; a call that waited
+        // that long gets a shorter assist, then its waiter).
+        let started = Instant::now();
+        let deadline = started + timeout;
         let (correlation, waiter) = start(deadline)?;
-        let out = match self.assist_until_answered(&waiter, deadline, slot, correlation) {
+        let out = match self.assist_until_answered(&waiter, started, deadline, slot, correlation) {
             Some(out) => Some(out),
             None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
         };
@@ -117,23 +121,24 @@ impl Device {
                 other => break other?,
             }
         };
-        let out = match self.assist_until_answered(&waiter, deadline, slot, correlation) {
+        let out = match self.assist_until_answered(&waiter, Instant::now(), deadline, slot, correlation) {
             Some(out) => Some(out),
             None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
         };
         self.finish_call(correlation, out)
     }
 
-    /// Polls in the poller's place until the answer of the call `correlation` comes or a short while has
-    /// passed (`slot`: the actor called, whose outbox the answer usually comes through).
+    /// Polls in the poller's place until the answer of the call `correlation` comes or a short while after
+    /// `started` has passed (`slot`: the actor called, whose outbox the answer usually comes through).
     pub(super) fn assist_until_answered(
         &self,
         waiter: &CallWaiter,
+        started: Instant,
         deadline: Instant,
         slot: u32,
         correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
-        self.inner.assist_call(waiter, deadline, slot, correlation)
+        self.inner.assist_call(waiter, started, deadline, slot, correlation)
     }
 
     /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the
