@@ -29,6 +29,12 @@ RV_FN int rv_pause_withdraw(const rv_grid_view *v, uint32_t target) {
     return 1;
 }
 
+/* One idle pause of a block: 32 ns after work, doubling up to `max_ns` while the block stays idle. */
+RV_FN void rv_idle_pause(uint32_t *backoff_ns, uint32_t max_ns) {
+    *backoff_ns = *backoff_ns == 0 ? 32 : (*backoff_ns < max_ns ? *backoff_ns * 2 : max_ns);
+    rv_pause(*backoff_ns);
+}
+
 /* The persistent kernel, for one block (its first thread). max_iterations == 0: runs until the host sets
  * terminate or pause (persistent mode); > 0: returns after that many iterations (event-driven mode, the host
  * relaunches). Idle, block 0 backs off up to block0_backoff_ns between steps, an actor block up to
@@ -78,8 +84,7 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
             } else {
                 /* Agreed: no more steps until the others agree or the pause is withdrawn (a block that went on
                  * working could enter a behaviour that never returns after agreeing, and hold the others). */
-                backoff_ns = backoff_ns == 0 ? 32 : (backoff_ns < max_backoff_ns ? backoff_ns * 2 : max_backoff_ns);
-                rv_pause(backoff_ns);
+                rv_idle_pause(&backoff_ns, max_backoff_ns);
                 continue;
             }
         }
@@ -99,8 +104,7 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
         if (progress & RV_STEP_PROGRESS) {
             backoff_ns = 0;
         } else {
-            backoff_ns = backoff_ns == 0 ? 32 : (backoff_ns < max_backoff_ns ? backoff_ns * 2 : max_backoff_ns);
-            rv_pause(backoff_ns);
+            rv_idle_pause(&backoff_ns, max_backoff_ns);
         }
     }
     /* A bounded run's end (event-driven mode) with an agreement held: take it back, or the count of the next pause
