@@ -10,6 +10,7 @@ use ringvisor::device::{
     cuda_floor, Backend, CudaConfig, CudaDriver, Device, DeviceConfig, EmulatedDriver, EmulatedGpu,
 };
 
+use crate::scenarios::call_breakdown;
 use crate::stats::{Row, Summary, Unit};
 
 const T: Duration = Duration::from_secs(30);
@@ -48,38 +49,6 @@ fn call(config: &CudaConfig, latency_mode: bool, n: usize) -> Result<Summary, St
     }
     let mode = if latency_mode { ", latency mode" } else { "" };
     Ok(nanos(&format!("Device::call 8 B echo{mode}"), &samples))
-}
-
-/// `n` traced round trips of an 8-byte call to an echo actor ([`Device::trace_call`]): one summary per hop, in
-/// order, then the whole call.
-fn breakdown(config: &CudaConfig, latency_mode: bool, n: usize) -> Result<Vec<Summary>, String> {
-    let device = DeviceConfig::default().slots(4).latency_mode(latency_mode).lost_after(None);
-    let d = Device::open(device.backend(Backend::Cuda(config.clone()))).map_err(|e| e.to_string())?;
-    d.create(0, "echo", &[]).and_then(|p| p.wait_blocking(T)).map_err(|e| e.to_string())?;
-    let payload = [7u8; 8];
-    for _ in 0..n / 10 {
-        d.call(0, &payload, T).map_err(|e| e.to_string())?;
-    }
-    let mut hops: Vec<(&'static str, Vec<f64>)> = Vec::new();
-    let mut totals = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (_, trace) = d.trace_call(0, &payload, T).map_err(|e| e.to_string())?;
-        for (i, (name, ns)) in trace.hops().into_iter().enumerate() {
-            if hops.len() <= i {
-                hops.push((name, Vec::with_capacity(n)));
-            }
-            hops[i].1.push(ns as f64);
-        }
-        totals.push(trace.total_ns() as f64);
-    }
-    let mode = if latency_mode { ", latency mode" } else { "" };
-    let mut out: Vec<Summary> = hops
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, samples))| Summary::of(&format!("hop {}{mode}: {name}", i + 1), samples, Unit::Nanos))
-        .collect();
-    out.push(Summary::of(&format!("traced call{mode}, whole"), totals, Unit::Nanos));
-    Ok(out)
 }
 
 /// Median of `n` restarts of a running actor, each waited for.
@@ -130,7 +99,8 @@ pub fn cuda_rows(samples: usize) -> Vec<Row> {
     );
     report("restart against the floor", restart(&config, samples / 10 + 1), "none: reported", f64::INFINITY, &mut rows);
     for latency_mode in [false, true] {
-        match breakdown(&config, latency_mode, samples / 4 + 1) {
+        let device = DeviceConfig::default().slots(4).latency_mode(latency_mode).lost_after(None);
+        match call_breakdown(device.backend(Backend::Cuda(config.clone())), samples / 4 + 1) {
             Ok(hops) => {
                 for hop in hops {
                     eprintln!("cuda call breakdown: {} median {:.2} µs", hop.name, hop.median / 1e3);

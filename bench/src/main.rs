@@ -33,6 +33,8 @@ static ALLOCATOR: heap::Counting = heap::Counting;
 
 use std::path::PathBuf;
 
+use ringvisor::device::DeviceConfig;
+
 use scenarios::*;
 use stats::{cdf_svg, markdown, scaling_svg, Row, Series};
 
@@ -345,10 +347,18 @@ fn call_rows(s: &Scale) -> (Vec<Row>, String, stats::Summary) {
     rows.push(Row::new(
         "round trip, latency mode",
         latency_mode,
-        latency_floor,
+        latency_floor.clone(),
         "<= 3x the spinning floor",
         |_, _, r| r <= 3.0,
     ));
+    eprintln!("a latency-mode call hop by hop ...");
+    match call_breakdown(DeviceConfig::default().slots(4).latency_mode(true), s.latency_samples / 4 + 1) {
+        Ok(hops) => rows.extend(hops.into_iter().map(|hop| {
+            let target = "none: where a call's time goes, beside the floor";
+            Row::new("round trip, latency mode, hop by hop", hop, latency_floor.clone(), target, |_, _, _| true)
+        })),
+        Err(e) => eprintln!("call breakdown: {e}"),
+    }
     let svg =
         cdf_svg("Request-reply round trip (CDF), CPU backend", &[&device, &handle, &ractor, &tokio, &floor, &condvar]);
     (rows, svg, condvar)

@@ -133,6 +133,39 @@ pub fn round_trip_latency_mode(n: usize) -> (Summary, Summary) {
     )
 }
 
+/// `n` traced round trips of an 8-byte call to an echo actor on a device opened with `config`
+/// ([`Device::trace_call`]): one summary per hop, in order, then the whole traced call (a traced call reads the
+/// clock a few more times than a plain one: each stamp costs about a clock read).
+pub fn call_breakdown(config: DeviceConfig, n: usize) -> Result<Vec<Summary>, String> {
+    let mode = if config.latency_mode { ", latency mode" } else { "" };
+    let d = Device::open(config).map_err(|e| e.to_string())?;
+    d.create(0, "echo", &[]).and_then(|p| p.wait_blocking(T)).map_err(|e| e.to_string())?;
+    let payload = [7u8; 8];
+    for _ in 0..n / 10 {
+        d.call(0, &payload, T).map_err(|e| e.to_string())?;
+    }
+    let mut hops: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    let mut totals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (_, trace) = d.trace_call(0, &payload, T).map_err(|e| e.to_string())?;
+        for (i, (name, ns)) in trace.hops().into_iter().enumerate() {
+            if hops.len() <= i {
+                hops.push((name, Vec::with_capacity(n)));
+            }
+            hops[i].1.push(ns as f64);
+        }
+        totals.push(trace.total_ns() as f64);
+    }
+    d.shutdown();
+    let mut out: Vec<Summary> = hops
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, samples))| Summary::of(&format!("hop {}{mode}: {name}", i + 1), samples, Unit::Nanos))
+        .collect();
+    out.push(Summary::of(&format!("traced call{mode}, whole"), totals, Unit::Nanos));
+    Ok(out)
+}
+
 /// `n` ping-pong round trips between this thread and a peer, both parking on a condvar: the cost of two
 /// thread wake-ups, the unit every hand-off between parked threads pays.
 fn condvar_block(n: usize) -> Vec<f64> {
