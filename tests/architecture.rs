@@ -76,7 +76,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
     (
         "bench/src",
         "main.rs",
-        &[&["stats", "heap", "runtime"], &["backends", "cuda", "liveness", "remote"], &["scenarios"], &["contention"]],
+        &[&["stats", "heap", "runtime"], &["backends", "liveness", "remote"], &["scenarios"], &["contention", "cuda"]],
     ),
     ("build-support/src", "lib.rs", &[]),
     ("examples/moving-average/src", "lib.rs", &[]),
