@@ -108,6 +108,24 @@ async fn a_handle_stays_valid_across_restarts_and_the_registry_rebinds() {
     rt.shutdown().await;
 }
 
+/// `Duration::MAX` (wait for ever) as a call's timeout and as a child's start timeout is a deadline that never
+/// comes, not a panic: the child starts, answers, and restarts after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_of_duration_max_is_wait_for_ever_for_calls_and_starts() {
+    let forever = Duration::MAX;
+    let gpu = GpuChild::new("test").init(POISON.to_le_bytes()).start_timeout(forever);
+    let child = ChildSpec::gpu("t", gpu).name("app/t");
+    let rt = Runtime::start(config(), SupervisorSpec::new(Strategy::OneForOne).child(child)).await.unwrap();
+    let t = rt.gpu("app/t").unwrap();
+    assert_eq!(t.call(&test_msg(1, 5, 0), forever).await.unwrap().generation, 1);
+    t.send(&fail_msg()).unwrap();
+    // (a call written before the crash would be handed back undelivered, as OTP's call to a process that dies)
+    eventually("the restart", || rt.device().snapshot(t.slot()).unwrap().generation == 2).await;
+    let reply = t.call(&test_msg(1, 6, 0), forever).await.unwrap();
+    assert_eq!(reply.generation, 2, "answered by the restarted incarnation");
+    rt.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_sent_while_a_child_restarts_wait_for_the_new_incarnation() {
     // A backoff keeps the child down long enough to send to it while it restarts.

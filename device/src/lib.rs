@@ -57,6 +57,7 @@ pub use backend::wgpu::{
 pub use backend::{Backend, BACKEND_ENV};
 pub use behaviour::{AsBehaviour, BehaviourId, BehaviourSet, UserBehaviour};
 pub use c_layout::{CField, CLayout};
+pub use clock::{deadline_after, deadline_from};
 pub use device::{
     CallTrace, CommandRequest, Device, DeviceConfig, DeviceFault, DeviceHealth, DeviceStamps, DeviceStats, EventHook,
     PendingCommand, Router, SlotActivity, SlotFault, SlotSender, SlotSnapshot, Unroutable, UnroutableHook,

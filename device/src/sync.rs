@@ -75,7 +75,7 @@ impl<T> Completion<T> {
     }
 
     pub(crate) fn wait_blocking(&self, timeout: Duration) -> Option<T> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::clock::deadline_after(timeout);
         let mut guard = lock(&self.slot);
         loop {
             if let Some(v) = guard.value.take() {
@@ -166,7 +166,7 @@ impl<T> Stream<T> {
 
     /// Waits up to `timeout` for the next item; `None` on timeout or when closed and empty.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<T> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::clock::deadline_after(timeout);
         let mut guard = lock(&self.inner.items);
         loop {
             if let Some(v) = guard.0.pop_front() {

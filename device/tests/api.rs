@@ -201,7 +201,30 @@ fn a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run() {
     });
 }
 
+/// A timeout too long to add to now (`Duration::MAX`: wait for ever) is a deadline that never comes, not a panic
+/// (`Instant + Duration` panics on overflow): every wait that takes a timeout answers as with a finite one.
+fn a_timeout_of_duration_max_waits_for_ever_without_panicking() {
+    let forever = std::time::Duration::MAX;
+    let d = open(1);
+    d.create(0, "echo", &[]).unwrap().wait_blocking(forever).unwrap();
+    assert_eq!(d.call(0, &[1, 2, 3], forever).unwrap().payload().unwrap(), &[1, 2, 3]);
+    d.send_timeout(0, &[4], forever).unwrap();
+    let posted = d.post(0, &[5], forever).unwrap();
+    assert_eq!(d.replies().recv_timeout(forever).unwrap().correlation, posted);
+    assert_eq!(d.read_state_prefix(0, 8, forever).unwrap().len(), 8);
+    let sender = d.sender_with(0, 4, forever, forever).unwrap();
+    sender.send(&[6]).unwrap();
+    assert_eq!(sender.call(&[7], forever).unwrap().payload().unwrap(), &[7]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        assert_eq!(d.call_async(0, &[8], forever).await.unwrap().payload().unwrap(), &[8]);
+        d.restart(0, "echo", &[]).unwrap().wait(forever).await.unwrap();
+    });
+    d.drain_and_wait(0, forever).unwrap();
+}
+
 on_every_backend!(
+    a_timeout_of_duration_max_waits_for_ever_without_panicking,
     a_task_calling_in_a_loop_lets_the_runtimes_other_tasks_run,
     callers_of_one_slot_each_get_their_own_reply_and_posts_go_to_replies,
     a_traced_call_is_answered_and_measured_hop_by_hop,

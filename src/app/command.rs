@@ -390,7 +390,7 @@ async fn demo(
         );
     }
     let mut monitor = Monitor::new(demo.runtime());
-    watch(demo.runtime(), &mut monitor, output, "ringvisor demo", Some(Instant::now() + duration)).await;
+    watch(demo.runtime(), &mut monitor, output, "ringvisor demo", Some(crate::device::deadline_after(duration))).await;
     print_events(&mut monitor, output);
     let (restarts, escalations) = monitor.counts();
     let summary = demo.finish(restarts, escalations).await?;
@@ -486,7 +486,7 @@ async fn run_tree(
     let rt = devices.start_tree(&tree).await?;
     let mut monitor = Monitor::new(&rt);
     let title = format!("ringvisor run {}", tree.display());
-    let stopped = watch(&rt, &mut monitor, output, &title, duration.map(|d| Instant::now() + d)).await;
+    let stopped = watch(&rt, &mut monitor, output, &title, duration.map(crate::device::deadline_after)).await;
     print_events(&mut monitor, output);
     tree_summary(&mut monitor, &rt, output);
     let code = if stopped == Stopped::TreeEnded { tree_ended(&rt, output).await } else { ExitCode::SUCCESS };
@@ -559,7 +559,7 @@ async fn chaos(
     let kinds: Vec<_> = InjectedFault::ALL.into_iter().filter(|k| *k != InjectedFault::LoseDevice).collect();
     let task = ChaosTask::spawn(rt.services().clone(), "**".into(), kinds, Duration::from_secs_f64(1.0 / rate), seed);
     let title = format!("ringvisor chaos {} (seed {seed}, {rate}/s)", tree.display());
-    watch(&rt, &mut monitor, output, &title, Some(Instant::now() + duration)).await;
+    watch(&rt, &mut monitor, output, &title, Some(crate::device::deadline_after(duration))).await;
     let faults = task.stop().await;
     let summary = settle(&rt, &mut monitor, faults, Duration::from_secs(20)).await;
     match output {

@@ -256,7 +256,7 @@ impl Node {
 
     /// [`Node::connect`] with its own timeout.
     pub async fn connect_within(&self, addr: &str, timeout: Duration) -> Result<String, ClusterError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::device::deadline_after(timeout);
         let fail = |why: String| ClusterError::Connect { addr: addr.to_string(), why };
         let resolved = tokio::net::lookup_host(addr)
             .await

@@ -559,7 +559,7 @@ impl GpuActorRef {
     pub async fn call(&self, payload: &[u8], timeout: Duration) -> Result<Reply, SendError> {
         let gpu = self.gpu();
         gpu.with(|device, _| fits_device(device, payload))?;
-        let deadline = Instant::now() + timeout;
+        let deadline = ringvisor_device::deadline_after(timeout);
         loop {
             let status = self.shared.status();
             if status.has_ended() {

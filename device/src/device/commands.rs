@@ -5,6 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crate::clock::deadline_after;
+
 use super::accounting::PendingOp;
 use super::{CommandWaiter, Device, DeviceInner};
 use crate::behaviour::{AsBehaviour, BehaviourId};
@@ -47,7 +49,7 @@ impl PendingCommand {
 
     /// Waits for the outcome from sync code.
     pub fn wait_blocking(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
-        if let Some(out) = self.assisted(Instant::now() + timeout) {
+        if let Some(out) = self.assisted(deadline_after(timeout)) {
             return out;
         }
         match self.completion.wait_blocking(timeout) {
@@ -58,7 +60,7 @@ impl PendingCommand {
 
     /// Waits for the outcome from async code.
     pub async fn wait(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
-        if let Some(out) = self.assisted(Instant::now() + timeout) {
+        if let Some(out) = self.assisted(deadline_after(timeout)) {
             return out;
         }
         match self.completion.wait(timeout).await {
@@ -147,7 +149,7 @@ impl Device {
     /// Drains `slot` and waits until it has terminated (or failed, or was killed).
     pub fn drain_and_wait(&self, slot: u32, timeout: Duration) -> Result<SlotEvent, DeviceError> {
         let events = self.subscribe_slot(slot)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         self.drain(slot)?.wait_blocking(timeout)?;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -260,7 +262,7 @@ impl Device {
 
     pub(super) fn push_command(&self, raw: &RawCommand) -> Result<(), DeviceError> {
         let inner = &self.inner;
-        let deadline = Instant::now() + inner.command_timeout;
+        let deadline = deadline_after(inner.command_timeout);
         let mut tail = lock(&inner.command_tail);
         let capacity = inner.grid.config().command_capacity;
         let mut retry = Retry::new(Duration::from_micros(50));

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{Device, DeviceInner};
 use crate::behaviour::BehaviourId;
+use crate::clock::{deadline_after, deadline_from};
 use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
@@ -58,13 +59,13 @@ impl Device {
 
     /// Sends a one-way message, waiting up to `timeout` for room in the inbox.
     pub fn send_timeout(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<u64, DeviceError> {
-        self.write_message(slot, payload, false, Some(Instant::now() + timeout))
+        self.write_message(slot, payload, false, Some(deadline_after(timeout)))
     }
 
     /// Sends a message whose reply goes to [`Device::replies`], waiting up to `timeout` for room in the inbox.
     /// Returns the correlation id the reply will carry.
     pub fn post(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<u64, DeviceError> {
-        self.write_message(slot, payload, true, Some(Instant::now() + timeout))
+        self.write_message(slot, payload, true, Some(deadline_after(timeout)))
     }
 
     /// Sends a message and waits for its reply. The device's error answer comes back as
@@ -90,7 +91,7 @@ impl Device {
         // write before it takes a fraction of a microsecond unless it waits for inbox room; a call that waited
         // that long gets a shorter assist, then its waiter).
         let started = Instant::now();
-        let deadline = started + timeout;
+        let deadline = deadline_from(started, timeout);
         let (correlation, waiter) = start(deadline)?;
         let out = match self.assist_until_answered(&waiter, started, deadline, slot, correlation) {
             Some(out) => Some(out),
@@ -112,7 +113,7 @@ impl Device {
         // budget is spent, as it would on any tokio resource (producers calling flat out starved a runtime's
         // other tasks: the chaos test's fault injector).
         tokio::task::coop::consume_budget().await;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let (correlation, waiter) = loop {
             match start(Instant::now()) {
                 Err(DeviceError::InboxFull { .. }) if Instant::now() < deadline => {

@@ -156,7 +156,7 @@ impl SlotSender {
     }
 
     fn flush_locked(&self, pending: &mut Pending) -> Result<(), DeviceError> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::clock::deadline_after(self.timeout);
         let mut retry = Retry::new(Duration::from_micros(100));
         loop {
             if pending.publish(&self.device.inner, self.buffer.slot)? {

@@ -41,7 +41,7 @@ pub(crate) async fn start(
     let gpu = shared.gpu_actor.as_ref().ok_or("not a GPU child")?;
     let (slots, mut slot) = gpu.home();
     let device = slots.device.clone();
-    let deadline = Instant::now() + args.start_timeout;
+    let deadline = ringvisor_device::deadline_after(args.start_timeout);
     // A running device actor must acknowledge the kill its restart needs within this bound.
     let ack_wait = args.heartbeat_timeout.unwrap_or(args.start_timeout).min(args.start_timeout);
     let generation = loop {
@@ -97,7 +97,7 @@ async fn bring_up(
     deadline: Instant,
     ack_wait: Duration,
 ) -> Result<Option<u32>, String> {
-    let ack_deadline = (Instant::now() + ack_wait).min(deadline);
+    let ack_deadline = ringvisor_device::deadline_after(ack_wait).min(deadline);
     // The heartbeat before the start: a running actor that does not move it while its kill waits is wedged.
     let heartbeat = match prepared {
         Some(_) => 0, // submitted for a slot that was not running: nothing to acknowledge

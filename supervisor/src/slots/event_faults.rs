@@ -25,7 +25,7 @@ pub(crate) struct EventFaults {
 impl EventFaults {
     /// Applies `fault` to `slot`'s events for `duration`.
     pub(crate) fn inject(&self, slot: u32, fault: EventFault, duration: Duration) {
-        self.by_slot.insert(slot, (fault, Instant::now() + duration));
+        self.by_slot.insert(slot, (fault, ringvisor_device::deadline_after(duration)));
     }
 
     /// The fault in force on `slot`'s events now, if any (one that has ended is forgotten).
