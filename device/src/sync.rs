@@ -23,6 +23,19 @@ pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     }
 }
 
+/// A value on cache lines of its own: a word one thread writes all the time (a worker's lock of block 0, the
+/// replies flag), kept off the line of the words other threads only read (128 bytes: a line and the adjacent one
+/// that x86's spatial prefetcher fetches with it).
+#[repr(align(128))]
+pub(crate) struct OwnLine<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A value delivered once.
 pub(crate) struct Completion<T> {
     slot: Mutex<Delivery<T>>,

@@ -4,6 +4,7 @@
  * Built by device/build.rs with the cc crate.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../rv_entry.cu"
 #include "../builtins.cu"
@@ -22,8 +23,7 @@ extern "C" rv_behaviour_fn rv_builtin_behaviour(uint32_t id) {
 
 extern "C" void rv_cpu_grid_free(rv_grid_view *v) {
     if (v == 0) return;
-    free(v->work);
-    free(v->work_summary);
+    free(v->work_summary); /* the run set's one block (rv_cpu_grid_new) */
     free(v);
 }
 
@@ -40,12 +40,20 @@ extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_beh
         free(v);
         return 0;
     }
-    v->work = (uint32_t *)calloc(rv_cpu_words(v->slot_count), sizeof(uint32_t));
-    v->work_summary = (uint32_t *)calloc(rv_cpu_summary_words(v), sizeof(uint32_t));
-    if (v->work == 0 || v->work_summary == 0) {
-        rv_cpu_grid_free(v);
+    /* The run set in one block of whole cache lines, the summary words first: a grid of up to 480 slots has its
+     * summary and its first run-set words on one line, so a sender's two marks and a runner's take move one line
+     * between cores, not two; and no other data of the process shares those lines (a small allocation of its
+     * own would share a line with whatever the allocator put beside it). */
+    size_t words = (size_t)rv_cpu_summary_words(v) + rv_cpu_words(v->slot_count);
+    size_t bytes = (words * sizeof(uint32_t) + 63u) & ~(size_t)63u;
+    uint32_t *run_set = (uint32_t *)aligned_alloc(64, bytes);
+    if (run_set == 0) {
+        free(v);
         return 0;
     }
+    memset(run_set, 0, bytes);
+    v->work_summary = run_set;
+    v->work = run_set + rv_cpu_summary_words(v);
     for (uint32_t s = 0; s < v->slot_count; ++s) {
         rv_init_local_slot(v, s);
         rv_mark_work(v, s);

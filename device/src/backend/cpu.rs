@@ -21,6 +21,7 @@ use super::Executor;
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
+use crate::sync::OwnLine;
 use crate::wait::HostThreads;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -72,7 +73,8 @@ struct CpuShared {
     _shared: HostRegion,
     _local: HostRegion,
     _table: Box<[Option<BehaviourFn>]>,
-    keeper_lock: AtomicU32,
+    /// Taken by every worker's pass: on lines of its own, off those of the fields the senders read (`view`).
+    keeper_lock: OwnLine<AtomicU32>,
     /// One lock per slot, held while its step runs (a behaviour that never returns holds its slot alone), and
     /// the marks left for a slot's holder (see `rv_cpu_run_slot`).
     slot_locks: Box<[AtomicU32]>,
@@ -144,7 +146,7 @@ impl CpuExecutor {
             _shared: shared,
             _local: local,
             _table: table,
-            keeper_lock: AtomicU32::new(0),
+            keeper_lock: OwnLine(AtomicU32::new(0)),
             slot_locks: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             slot_pending: (0..slot_count).map(|_| AtomicU32::new(0)).collect(),
             summary_words,

@@ -2,20 +2,23 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::sync::OwnLine;
+
 /// A bitmap of slots that may have replies waiting, set by the workers and drained by the host poller. Two
 /// levels above it: a summary bit per word, and a flag for the whole set, so an idle poller reads one flag and
 /// a poller with one reply to find reads one summary word per 4,096 slots, not every word.
 pub(crate) struct DirtySet {
     words: Box<[AtomicU64]>,
     summary: Box<[AtomicU64]>,
-    any: AtomicBool,
+    /// Set by a worker after each step that replied: on lines of its own, off those of its neighbours.
+    any: OwnLine<AtomicBool>,
 }
 
 impl DirtySet {
     pub(crate) fn new(slots: u32) -> Self {
         let words = (slots as usize).div_ceil(64);
         let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
-        Self { words: zeros(words), summary: zeros(words.div_ceil(64)), any: AtomicBool::new(false) }
+        Self { words: zeros(words), summary: zeros(words.div_ceil(64)), any: OwnLine(AtomicBool::new(false)) }
     }
 
     /// Marks the slots `first + i` for each bit `i` of `bits`; `first` is a multiple of 32.
