@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::{Device, DeviceInner};
 use crate::behaviour::BehaviourId;
-use crate::clock::{deadline_after, deadline_from};
+use crate::clock::deadline_after;
 use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::{lock, Completion};
-use crate::wait::Retry;
+use crate::wait::{CallClock, Retry};
 
 /// Waits for a call's reply.
 pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
@@ -59,43 +59,41 @@ impl Device {
 
     /// Sends a one-way message, waiting up to `timeout` for room in the inbox.
     pub fn send_timeout(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<u64, DeviceError> {
-        self.write_message(slot, payload, false, Some(deadline_after(timeout)))
+        self.write_message(slot, payload, false, Some(timeout))
     }
 
     /// Sends a message whose reply goes to [`Device::replies`], waiting up to `timeout` for room in the inbox.
     /// Returns the correlation id the reply will carry.
     pub fn post(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<u64, DeviceError> {
-        self.write_message(slot, payload, true, Some(deadline_after(timeout)))
+        self.write_message(slot, payload, true, Some(timeout))
     }
 
     /// Sends a message and waits for its reply. The device's error answer comes back as
     /// [`DeviceError::ErrorReply`], a message handed back undelivered as [`DeviceError::Undelivered`].
     pub fn call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
-        self.run_call(slot, timeout, |deadline| self.start_call(slot, payload, deadline))
+        self.run_call(slot, timeout, |clock| self.start_call(slot, payload, clock))
     }
 
     /// Async form of [`Device::call`]. Waiting for inbox room, if any, polls briefly.
     pub async fn call_async(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<Reply, DeviceError> {
-        self.run_call_async(slot, timeout, |deadline| self.start_call(slot, payload, deadline)).await
+        self.run_call_async(slot, timeout, |clock| self.start_call(slot, payload, clock)).await
     }
 
-    /// Writes a call to `slot` with `start` (which waits up to the deadline it is given for inbox room), then
-    /// waits for its answer until `timeout` has passed.
+    /// Writes a call to `slot` with `start` (given the call's clock: it waits for inbox room until the clock's
+    /// deadline; `None`: it does not wait), then waits for its answer until `timeout` has passed.
     pub(super) fn run_call(
         &self,
         slot: u32,
         timeout: Duration,
-        start: impl FnOnce(Instant) -> Result<(u64, CallWaiter), DeviceError>,
+        start: impl FnOnce(Option<&mut CallClock>) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
-        // One clock read for the whole call on its fast path: the assist's window is measured from here too (the
-        // write before it takes a fraction of a microsecond unless it waits for inbox room; a call that waited
-        // that long gets a shorter assist, then its waiter).
-        let started = Instant::now();
-        let deadline = deadline_from(started, timeout);
-        let (correlation, waiter) = start(deadline)?;
-        let out = match self.assist_until_answered(&waiter, started, deadline, slot, correlation) {
+        // No clock read on the fast path: the call's clock starts at its first read, the assist's after its first
+        // rounds (or the write's, if the inbox is full); a call answered before then reads it not at all.
+        let mut clock = CallClock::new(timeout);
+        let (correlation, waiter) = start(Some(&mut clock))?;
+        let out = match self.assist_until_answered(&waiter, &mut clock, slot, correlation) {
             Some(out) => Some(out),
-            None => waiter.wait_blocking(deadline.saturating_duration_since(Instant::now())),
+            None => waiter.wait_blocking(clock.left()),
         };
         self.finish_call(correlation, out)
     }
@@ -106,40 +104,39 @@ impl Device {
         &self,
         slot: u32,
         timeout: Duration,
-        start: impl Fn(Instant) -> Result<(u64, CallWaiter), DeviceError>,
+        start: impl Fn(Option<&mut CallClock>) -> Result<(u64, CallWaiter), DeviceError>,
     ) -> Result<Reply, DeviceError> {
         // One unit of the task's cooperative budget per call: a task that calls in a loop, each call answered
         // while it polls in the poller's place (no await that waits), still yields to the runtime when its
         // budget is spent, as it would on any tokio resource (producers calling flat out starved a runtime's
         // other tasks: the chaos test's fault injector).
         tokio::task::coop::consume_budget().await;
-        let deadline = deadline_after(timeout);
+        let mut clock = CallClock::new(timeout);
         let (correlation, waiter) = loop {
-            match start(Instant::now()) {
-                Err(DeviceError::InboxFull { .. }) if Instant::now() < deadline => {
+            match start(None) {
+                Err(DeviceError::InboxFull { .. }) if Instant::now() < clock.deadline() => {
                     tokio::time::sleep(Duration::from_micros(100)).await
                 }
                 other => break other?,
             }
         };
-        let out = match self.assist_until_answered(&waiter, Instant::now(), deadline, slot, correlation) {
+        let out = match self.assist_until_answered(&waiter, &mut clock, slot, correlation) {
             Some(out) => Some(out),
-            None => waiter.wait(deadline.saturating_duration_since(Instant::now())).await,
+            None => waiter.wait(clock.left()).await,
         };
         self.finish_call(correlation, out)
     }
 
-    /// Polls in the poller's place until the answer of the call `correlation` comes or a short while after
-    /// `started` has passed (`slot`: the actor called, whose outbox the answer usually comes through).
+    /// Polls in the poller's place until the answer of the call `correlation` comes or a short while after the
+    /// call's clock started has passed (`slot`: the actor called, whose outbox the answer usually comes through).
     pub(super) fn assist_until_answered(
         &self,
         waiter: &CallWaiter,
-        started: Instant,
-        deadline: Instant,
+        clock: &mut CallClock,
         slot: u32,
         correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
-        self.inner.assist_call(waiter, started, deadline, slot, correlation)
+        self.inner.assist_call(waiter, clock, slot, correlation)
     }
 
     /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the
@@ -162,7 +159,7 @@ impl Device {
     /// [`Device::read_state`] of the state region's first `len` bytes, whatever the behaviour declares (a `len`
     /// past the region is [`DeviceError::PayloadTooLarge`] with the region's size as its limit).
     pub fn read_state_prefix(&self, slot: u32, len: usize, timeout: Duration) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call(slot, timeout, |deadline| self.start_state_read(slot, len, deadline))?;
+        let reply = self.run_call(slot, timeout, |clock| self.start_state_read(slot, len, clock))?;
         Ok(reply.payload()?.to_vec())
     }
 
@@ -173,7 +170,7 @@ impl Device {
         len: usize,
         timeout: Duration,
     ) -> Result<Vec<u8>, DeviceError> {
-        let reply = self.run_call_async(slot, timeout, |deadline| self.start_state_read(slot, len, deadline)).await?;
+        let reply = self.run_call_async(slot, timeout, |clock| self.start_state_read(slot, len, clock)).await?;
         Ok(reply.payload()?.to_vec())
     }
 
@@ -188,7 +185,12 @@ impl Device {
         } as usize)
     }
 
-    fn start_state_read(&self, slot: u32, len: usize, deadline: Instant) -> Result<(u64, CallWaiter), DeviceError> {
+    fn start_state_read(
+        &self,
+        slot: u32,
+        len: usize,
+        clock: Option<&mut CallClock>,
+    ) -> Result<(u64, CallWaiter), DeviceError> {
         let region = self.inner.grid.config().state_bytes as usize;
         if len > region {
             return Err(DeviceError::PayloadTooLarge { len, max: region });
@@ -202,16 +204,16 @@ impl Device {
         let request = (len as u32).to_le_bytes();
         let mut raw = Envelope::raw_to_actor(slot, correlation, &request, true, 0);
         raw.kind = RV_KIND_STATE as u8;
-        self.start_call_with(slot, correlation, raw, &request, deadline)
+        self.start_call_with(slot, correlation, raw, &request, clock)
     }
 
     pub(super) fn start_call(
         &self,
         slot: u32,
         payload: &[u8],
-        deadline: Instant,
+        clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
-        self.start_call_flagged(slot, payload, 0, deadline)
+        self.start_call_flagged(slot, payload, 0, clock)
     }
 
     /// [`Device::start_call`] of an envelope with the `RV_FLAG_*` bits `flags` set besides (a traced call).
@@ -220,13 +222,13 @@ impl Device {
         slot: u32,
         payload: &[u8],
         flags: u8,
-        deadline: Instant,
+        clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         let mut raw = Envelope::raw_to_actor(slot, correlation, payload, true, 0);
         raw.flags |= flags;
-        self.start_call_with(slot, correlation, raw, payload, deadline)
+        self.start_call_with(slot, correlation, raw, payload, clock)
     }
 
     /// Registers the waiter of the call `raw` (correlation `correlation`, payload `payload`), then writes it.
@@ -236,11 +238,11 @@ impl Device {
         correlation: u64,
         raw: RawEnvelope,
         payload: &[u8],
-        deadline: Instant,
+        clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         let waiter = Arc::new(Completion::new());
         lock(&self.inner.calls).insert(correlation, waiter.clone());
-        if let Err(e) = self.write_raw(slot, raw, payload, Some(deadline)) {
+        if let Err(e) = self.write_raw(slot, raw, payload, || clock.map(CallClock::deadline)) {
             lock(&self.inner.calls).remove(&correlation);
             return Err(e);
         }
@@ -268,12 +270,12 @@ impl Device {
         slot: u32,
         payload: &[u8],
         want_reply: bool,
-        deadline: Option<Instant>,
+        wait: Option<Duration>,
     ) -> Result<u64, DeviceError> {
         self.check_payload(payload)?;
         let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
         let raw = Envelope::raw_to_actor(slot, correlation, payload, want_reply, 0);
-        self.write_raw(slot, raw, payload, deadline)?;
+        self.write_raw(slot, raw, payload, || wait.map(deadline_after))?;
         Ok(correlation)
     }
 
@@ -281,39 +283,34 @@ impl Device {
     /// malformed envelopes to the device; the device answers those with an error reply.
     #[doc(hidden)]
     pub fn send_envelope(&self, slot: u32, env: Envelope) -> Result<(), DeviceError> {
-        self.write_envelope(slot, env, None)
-    }
-
-    pub(super) fn write_envelope(
-        &self,
-        slot: u32,
-        env: Envelope,
-        deadline: Option<Instant>,
-    ) -> Result<(), DeviceError> {
-        self.write_raw(slot, env.to_raw(), env.payload(), deadline)
+        self.write_raw(slot, env.to_raw(), env.payload(), || None)
     }
 
     /// Writes the envelope `raw` of the message whose payload is `payload` (in `raw` already if it fits one
-    /// envelope, into the bulk area otherwise) into `slot`'s inbox, stamped with the host's HLC, waiting until
-    /// `deadline` for room.
+    /// envelope, into the bulk area otherwise) into `slot`'s inbox, stamped with the host's HLC, waiting for room
+    /// until the deadline `deadline` gives (asked for only once the inbox is full; `None`: no wait).
     fn write_raw(
         &self,
         slot: u32,
         mut raw: RawEnvelope,
         payload: &[u8],
-        deadline: Option<Instant>,
+        deadline: impl FnOnce() -> Option<Instant>,
     ) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
         let inner = &self.inner;
         let mut retry = Retry::new(Duration::from_micros(20));
+        let (mut deadline, mut until) = (Some(deadline), None);
         loop {
             raw.hlc = host_hlc();
             if inner.try_write(slot, raw, payload, || {})? {
                 return Ok(());
             }
             inner.executor.wake();
-            if !deadline.is_some_and(|d| retry.again(d)) {
+            if let Some(deadline) = deadline.take() {
+                until = deadline();
+            }
+            if !until.is_some_and(|d| retry.again(d)) {
                 return Err(DeviceError::InboxFull { slot });
             }
         }

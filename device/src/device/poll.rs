@@ -15,7 +15,7 @@ use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
 use crate::sync::{lock, try_lock, Completion};
-use crate::wait::{HostThreads, IdleBackoff, Parker};
+use crate::wait::{CallClock, HostThreads, IdleBackoff, Parker};
 
 /// Where the host has read the event ring and each outbox up to.
 pub(super) struct PollState {
@@ -170,7 +170,7 @@ impl DeviceInner {
     /// usually comes within it), so the answer does not wait for the poller thread to wake: a command's outcome
     /// (block 0's event), or anything else whose answer may come from any slot or any device of the router.
     pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
-        self.assist_with(completion, Instant::now(), deadline, |device, _| {
+        self.assist_with(completion, &mut CallClock::until(deadline), |device, _| {
             device.poll_whole();
             None
         })
@@ -190,16 +190,15 @@ impl DeviceInner {
     pub(super) fn assist_call(
         &self,
         waiter: &Completion<Result<Reply, DeviceError>>,
-        started: Instant,
-        deadline: Instant,
+        clock: &mut CallClock,
         slot: u32,
         correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
         if slot >= self.grid.slot_count() {
-            return self.assist(waiter, deadline);
+            return self.assist(waiter, clock.deadline());
         }
         let mut seen_tail = None;
-        self.assist_with(waiter, started, deadline, |device, whole_poll_due| {
+        self.assist_with(waiter, clock, |device, whole_poll_due| {
             let tail = device.grid.outbox_tail(slot);
             if seen_tail != Some(tail) {
                 // the outbox is read up to this tail at least, unless someone else holds the poll state (then
@@ -217,18 +216,17 @@ impl DeviceInner {
 
     /// The assist loop: each round takes the completion's value if delivered, else asks `look` to poll and
     /// perhaps find the answer itself (told whether a whole poll is due: every [`ASSIST_FULL_POLL_EVERY`]
-    /// spinning rounds, and every yielding round). From `started`, it spins for [`ASSIST_BUSY`], then yields,
-    /// until [`ASSIST_SPIN`] or the deadline; the clock is read every [`ASSIST_CLOCK_EVERY`] spinning rounds (not
+    /// spinning rounds, and every yielding round). From the start of `clock` (its first read: here, after the
+    /// first rounds, unless the call read it before), it spins for [`ASSIST_BUSY`], then yields, until
+    /// [`ASSIST_SPIN`] or the clock's deadline; the clock is read every [`ASSIST_CLOCK_EVERY`] spinning rounds (not
     /// before the first such rounds: an answer that comes within them costs no clock read, ~20 ns each).
     fn assist_with<T>(
         &self,
         completion: &Completion<T>,
-        started: Instant,
-        deadline: Instant,
+        clock: &mut CallClock,
         mut look: impl FnMut(&Self, bool) -> Option<T>,
     ) -> Option<T> {
         let _turn = Assisting::begin(&self.poller_bell);
-        let (busy_until, until) = ((started + ASSIST_BUSY).min(deadline), (started + ASSIST_SPIN).min(deadline));
         let mut spinning = true;
         for round in 0u32.. {
             if let Some(out) = completion.try_take() {
@@ -240,10 +238,11 @@ impl DeviceInner {
             }
             if !spinning || round % ASSIST_CLOCK_EVERY == ASSIST_CLOCK_EVERY - 1 {
                 let now = Instant::now();
-                if now >= until {
+                let (started, deadline) = (clock.started_at(now), clock.deadline());
+                if now >= (started + ASSIST_SPIN).min(deadline) {
                     return None;
                 }
-                spinning = now < busy_until;
+                spinning = now < (started + ASSIST_BUSY).min(deadline);
             }
             if spinning {
                 std::hint::spin_loop();

@@ -83,8 +83,8 @@ impl Device {
         let (_, before) = self.inner.grid.trace_record();
         let started_ns = unix_now_ns();
         let written_ns = std::cell::Cell::new(0);
-        let reply = self.run_call(slot, timeout, |deadline| {
-            let started = self.start_call_flagged(slot, payload, RV_FLAG_TRACE as u8, deadline);
+        let reply = self.run_call(slot, timeout, |clock| {
+            let started = self.start_call_flagged(slot, payload, RV_FLAG_TRACE as u8, clock);
             written_ns.set(unix_now_ns());
             started
         })?;
