@@ -5,11 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::clock::deadline_after;
-
 use super::accounting::PendingOp;
 use super::{CommandWaiter, Device, DeviceInner};
 use crate::behaviour::{AsBehaviour, BehaviourId};
+use crate::clock::deadline_after;
 use crate::codes::{CommandOp, EventKind, SlotState};
 use crate::error::DeviceError;
 use crate::event::SlotEvent;
