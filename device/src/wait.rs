@@ -217,11 +217,7 @@ impl CallClock {
 
     /// The wait's deadline (the clock read if it has not been).
     pub(crate) fn deadline(&mut self) -> Instant {
-        let started = match self.started {
-            Some(t) => t,
-            None => self.started_at(Instant::now()),
-        };
-        crate::clock::deadline_from(started, self.timeout)
+        crate::clock::deadline_from(*self.started.get_or_insert_with(Instant::now), self.timeout)
     }
 
     /// What is left of the wait.
