@@ -286,7 +286,9 @@ typedef struct RV_ALIGN(64) rv_grid_header {
     /* line 3: host runtime flags. */
     uint32_t terminate;     /* nonzero: every block leaves its loop (RV_TERMINATE_LEAVE, RV_TERMINATE_PAUSE) */
     uint32_t device_faults; /* RV_DEVICE_* bits */
-    uint8_t host_reserved[56];
+    uint32_t trace_armed;   /* nonzero while the host has a traced call in flight: where a clock read is dear (the
+                             * host build), actor steps stamp their start only then (rv_actor_step) */
+    uint8_t host_reserved[52];
 
     /* line 4: written by the device (block 0, but for the trace). */
     uint64_t keeper_heartbeat;

@@ -137,6 +137,12 @@ RV_FN uint64_t rv_now_ns(void) {
 }
 /* The GPU's global timer never steps with the host's clock: the raw value is monotonic. */
 RV_FN uint64_t rv_now_monotonic_ns(void) { return rv_now_ns(); }
+/* The clock where a few milliseconds' resolution will do (a message's HLC, an idle actor's beat pacing). */
+RV_FN uint64_t rv_now_coarse_ns(void) { return rv_now_ns(); }
+/* A timer read costs a few cycles here: an actor step stamps its start always (see rv_actor_step). */
+#define RV_CHEAP_CLOCK 1
+/* A word read as a hint, outside the protocol's ordering (unused on a GPU: see RV_CHEAP_CLOCK). */
+RV_FN uint32_t rv_peek_u32(const uint32_t *p) { return *(const volatile uint32_t *)p; }
 /* __nanosleep sleeps at most about a millisecond: a longer pause is several. */
 RV_FN void rv_pause(uint32_t ns) {
     for (; ns > 1000000u; ns -= 1000000u) __nanosleep(1000000u);
@@ -296,6 +302,21 @@ RV_FN uint64_t rv_now_ns(void) {
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)((int64_t)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) + rv_host_clock_skew_ns);
 }
+/* The clock where a few milliseconds' resolution will do (a message's HLC, an idle actor's beat pacing): the
+ * kernel's last tick (CLOCK_REALTIME_COARSE, skewed as rv_now_ns), about 3 ns a read on the development VM where
+ * the precise clock costs 20. */
+RV_FN uint64_t rv_now_coarse_ns(void) {
+    if (rv_sim_thread) return rv_sim_hook(RV_SIM_NOW, 0, 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return (uint64_t)((int64_t)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) + rv_host_clock_skew_ns);
+}
+/* A precise clock read costs a twentieth of a latency-mode call here: an actor step stamps its start only while the
+ * host has a traced call in flight (see rv_actor_step). */
+#define RV_CHEAP_CLOCK 0
+/* A word read as a hint, outside the protocol's ordering: a relaxed load the simulator neither schedules around nor
+ * delays (a stale value costs a hint, never correctness). */
+RV_FN uint32_t rv_peek_u32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 /* A clock that never steps (CLOCK_MONOTONIC; unskewed: differences are what it is for). */
 RV_FN uint64_t rv_now_monotonic_ns(void) {
     if (rv_sim_thread) return rv_sim_hook(RV_SIM_NOW, 0, 0);

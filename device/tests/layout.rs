@@ -146,6 +146,7 @@ fn rust_view() -> BTreeMap<String, (u64, u64)> {
             off_k2k_bulk,
             terminate,
             device_faults,
+            trace_armed,
             host_reserved,
             keeper_heartbeat,
             commands_processed,

@@ -11,6 +11,7 @@ mod protocol_parts;
 /// The same function under two names: (C, WGSL, why the names differ).
 const SAME_FUNCTION: &[(&str, &str, &str)] = &[
     ("rv_grid_now_ns", "rv_grid_now", "WGSL has no u64: the time is a vec2<u32>, not nanoseconds in one word"),
+    ("rv_grid_coarse_ns", "rv_grid_coarse", "as rv_grid_now_ns"),
     ("rv_inbox_cell", "inbox_cell", "WGSL addresses by byte offset; the C name returns a pointer"),
     ("rv_outbox_cell", "outbox_cell", "as inbox_cell"),
     ("rv_k2k_cell_at", "kcell_at", "as inbox_cell"),
@@ -141,6 +142,12 @@ const CALL_DIFFERENCES: &[(&str, &str, &str)] = &[
     ),
     ("rv_actor_step", "rv_grid_now", "C reads the clock once for the sweep's messages; WGSL's rv_hlc_next reads it"),
     ("rv_keeper_create", "rv_grid_now", "as rv_actor_step"),
+    (
+        "rv_actor_step",
+        "rv_grid_coarse",
+        "C's messages take the step's time (milliseconds: a coarse clock but for a traced call's step); WGSL's \
+         rv_hlc_next reads the dispatch's",
+    ),
 ];
 
 /// One function definition: its name (C names mapped to their WGSL twins) and its body, comments removed.

@@ -148,7 +148,7 @@ RV_FN int rv_actor_idle(const rv_grid_view *g, rv_control_block *cb, rv_actor_re
     if (ar->quiet == RV_QUIET_ACTIVE) {
         /* the ring is the actor's while it runs (block 0's while the slot is stopped: not read then) */
         if (rv_k2k_waiting(g, slot)) return 0;
-        uint64_t now = rv_grid_now_ns(g);
+        uint64_t now = rv_grid_coarse_ns(g);
         if (now >= ar->next_beat_ns) {
             /* an injected device stall stops every heartbeat (read here, at the idle beat rate only) */
             if (rv_load_acquire_u32(&g->header->device_faults) & (RV_DEVICE_STALL | RV_DEVICE_HALT)) return 1;
@@ -203,7 +203,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     uint32_t host_seq = rv_load_acquire_u32(&cb->host_seq);
     uint32_t device_seq = rv_load_acquire_dev_u32(&g->keepers[slot].device_seq);
     if (rv_actor_idle(g, cb, ar, slot, host_seq, device_seq)) return 0;
-    uint64_t began_ns = rv_grid_now_ns(g); /* for a traced message (a clock read: no memory access) */
+    /* A traced message's first stamp, the step's start: taken where a clock read is cheap (a GPU's timer), and on
+     * the host build only while the host has a traced call in flight (a precise clock read there is a twentieth of
+     * a latency-mode call; the flag shares the header line with the device faults, read below). */
+    uint64_t began_ns = 0;
+    if (RV_CHEAP_CLOCK || rv_peek_u32(&g->header->trace_armed)) began_ns = rv_grid_now_ns(g);
     ar->quiet = RV_QUIET_NO;
     ar->seen_host_seq = host_seq;
     ar->seen_device_seq = device_seq;
@@ -268,7 +272,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         return out | RV_STEP_ATTENTION | RV_STEP_PROGRESS;
     }
     int stalled = 0;
-    uint64_t now = began_ns;
+    uint64_t now = began_ns != 0 ? began_ns : rv_grid_coarse_ns(g); /* the messages' HLC: milliseconds will do */
 
     /* Kernel-to-kernel inbox first: what other actors sent before the host's next message is seen first. */
     rv_k2k_meta *meta = &g->k2k_meta[slot];
@@ -322,7 +326,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         rv_envelope copy;
         rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
         const rv_envelope *msg = &copy;
-        uint64_t read_ns = (msg->flags & RV_FLAG_TRACE) ? rv_grid_now_ns(g) : 0;
+        uint64_t read_ns = 0;
+        if (msg->flags & RV_FLAG_TRACE) {
+            read_ns = rv_grid_now_ns(g);
+            if (began_ns == 0) began_ns = read_ns; /* the step began before the host armed the trace */
+        }
         rv_ctx_next(&ctx, msg, now);
         /* One injected fault per fault_seq. Injected corruption: this message is handled as if its header were
          * corrupt (the inbox cell is the host's and is not written). */
@@ -399,7 +407,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     /* Nothing done, nothing waiting, no stall: idle steps until host_seq, device_seq or the ring moves. */
     if (out == 0 && !stalled && !k2k_pending && head == limit && state == RV_STATE_ACTIVE) {
         ar->quiet = RV_QUIET_ACTIVE;
-        ar->next_beat_ns = rv_grid_now_ns(g) + RV_IDLE_BEAT_NS;
+        ar->next_beat_ns = rv_grid_coarse_ns(g) + RV_IDLE_BEAT_NS;
     }
     return out;
 }

@@ -116,6 +116,10 @@ RV_FN uint8_t *rv_state_region(const rv_grid_view *g, uint32_t slot) {
 
 /* Host time (CLOCK_REALTIME ns) as the device sees it: its raw clock corrected by the offset the host measured. */
 RV_FN uint64_t rv_grid_now_ns(const rv_grid_view *g) { return (uint64_t)((int64_t)rv_now_ns() + g->clock_offset_ns); }
+/* rv_grid_now_ns at a few milliseconds' resolution, where that will do (rv_now_coarse_ns). */
+RV_FN uint64_t rv_grid_coarse_ns(const rv_grid_view *g) {
+    return (uint64_t)((int64_t)rv_now_coarse_ns() + g->clock_offset_ns);
+}
 
 RV_FN uint64_t rv_hlc_next(uint64_t local, uint64_t remote, uint64_t now_ns) {
     uint64_t physical = (now_ns / 1000000ull) << 16;

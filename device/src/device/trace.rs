@@ -11,6 +11,7 @@ use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
 use crate::layout::RV_FLAG_TRACE;
 use crate::message::Reply;
+use crate::shared::SharedGrid;
 use crate::sync::lock;
 
 /// How long a traced call waits, after its reply, for the device's last stamp (stored just after the reply).
@@ -73,6 +74,22 @@ impl CallTrace {
     }
 }
 
+/// The header's `trace_armed` set while a traced call is in flight (cleared when dropped, whatever the call's end).
+struct TraceArmed<'a>(&'a SharedGrid);
+
+impl<'a> TraceArmed<'a> {
+    fn arm(grid: &'a SharedGrid) -> Self {
+        grid.arm_trace(true);
+        Self(grid)
+    }
+}
+
+impl Drop for TraceArmed<'_> {
+    fn drop(&mut self) {
+        self.0.arm_trace(false);
+    }
+}
+
 impl Device {
     /// [`Device::call`], measured hop by hop: the reply and a [`CallTrace`]. One traced call at a time per device
     /// (a second waits for the first); other calls and sends go on beside it untraced. For finding where a call's
@@ -80,6 +97,7 @@ impl Device {
     /// few device clock reads and five stores more than a plain one. Errors as [`Device::call`]'s.
     pub fn trace_call(&self, slot: u32, payload: &[u8], timeout: Duration) -> Result<(Reply, CallTrace), DeviceError> {
         let _one_at_a_time = lock(&self.inner.trace);
+        let _armed = TraceArmed::arm(&self.inner.grid);
         let (_, before) = self.inner.grid.trace_record();
         let started_ns = unix_now_ns();
         let written_ns = std::cell::Cell::new(0);

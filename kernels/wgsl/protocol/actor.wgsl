@@ -102,7 +102,7 @@ fn rv_actor_idle(slot: u32, host_seq: u32, device_seq: u32) -> bool {
     }
     if (quiet == RV_QUIET_ACTIVE) {
         if (rv_k2k_waiting(slot)) { return false; }
-        let now = rv_grid_now();
+        let now = rv_grid_coarse();
         if (!u64_lt(now, l64(ar + O_actor_record_next_beat_ns))) {
             if (rv_device_faulted()) { return true; }
             l64w(ar + O_actor_record_next_beat_ns, u64_add(now, u64_of(RV_IDLE_BEAT_NS)));
@@ -311,7 +311,7 @@ fn rv_actor_step(slot: u32, budget: u32) -> u32 {
     }
     if (out == 0u && !stalled && !k2k_pending && head == limit && state == RV_STATE_ACTIVE) {
         l32w(ar + O_actor_record_quiet, RV_QUIET_ACTIVE);
-        l64w(ar + O_actor_record_next_beat_ns, u64_add(rv_grid_now(), u64_of(RV_IDLE_BEAT_NS)));
+        l64w(ar + O_actor_record_next_beat_ns, u64_add(rv_grid_coarse(), u64_of(RV_IDLE_BEAT_NS)));
     }
     return out;
 }

@@ -74,6 +74,8 @@ fn state_at(slot: u32) -> u32 { return g_state + slot * g_state_bytes; }
 fn cbf(slot: u32, field: u32) -> u32 { return s32(cb_at(slot) + field); }
 
 fn rv_grid_now() -> vec2<u32> { return rv_now(); }
+// The C side's clock at a few milliseconds' resolution: the dispatch's time is that already.
+fn rv_grid_coarse() -> vec2<u32> { return rv_now(); }
 
 fn rv_hlc_next(local: vec2<u32>, remote: vec2<u32>) -> vec2<u32> {
     let physical = u64_shl(U.now_ms, 16u);
