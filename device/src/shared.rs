@@ -66,7 +66,10 @@ pub(crate) unsafe fn load_u64(ptr: *mut u64, order: Ordering) -> u64 {
 
 /// 16-byte chunks of a record of type `T` (a compile-time error for a record that is not whole chunks).
 const fn chunks_of<T>() -> usize {
-    assert!(size_of::<T>() % 16 == 0 && align_of::<T>() >= 16, "a shared record is 16-byte chunks, 16-byte aligned");
+    assert!(
+        size_of::<T>().is_multiple_of(16) && align_of::<T>() >= 16,
+        "a shared record is 16-byte chunks, 16-byte aligned"
+    );
     size_of::<T>() / 16
 }
 

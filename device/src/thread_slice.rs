@@ -20,8 +20,8 @@ use std::time::Duration;
 /// ([`DeviceConfig::thread_slice`](crate::DeviceConfig#structfield.thread_slice)): the shortest Linux accepts.
 pub const DEFAULT_THREAD_SLICE: Duration = Duration::from_micros(100);
 
-/// Asks the kernel to schedule the calling thread with time slices of `slice` (Linux clamps it to 0.1-100 ms),
-/// keeping its policy and nice value. Call it at the start of a thread that waits for work handed to it by
+/// Asks the kernel to schedule the calling thread with time slices of `slice` (Linux clamps it to 0.1-100 ms;
+/// `Duration::ZERO`: the system's default again), keeping its policy and nice value. Call it at the start of a thread that waits for work handed to it by
 /// others, for example in `tokio::runtime::Builder::on_thread_start` for the runtime that runs your
 /// supervisors (the `ringvisor` binary does). Returns whether the request was accepted: false where the thread
 /// does not run under the normal policy (a real-time or batch thread is left as it is) or the system has no
@@ -86,6 +86,20 @@ mod imp {
     }
 }
 
+/// The calling thread's slice as the kernel reports it, in nanoseconds (tests only).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn current_slice_ns() -> Option<u64> {
+    imp::current_slice_ns()
+}
+
+/// Whether the running kernel is at least `major.minor` (from its release string; tests only).
+#[cfg(test)]
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
 #[cfg(not(target_os = "linux"))]
 mod imp {
     pub(super) fn request(_slice: std::time::Duration) -> bool {
@@ -96,13 +110,6 @@ mod imp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Whether the running kernel is at least `major.minor` (from `uname -r`).
-    fn kernel_at_least(major: u32, minor: u32) -> bool {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
-    }
 
     #[test]
     #[cfg(target_os = "linux")]

@@ -124,9 +124,8 @@ impl Drop for Assisting<'_> {
 /// mode without ever parking).
 pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
     threads.enter();
-    let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2))
-        .yields(POLLER_YIELD_ROUNDS)
-        .latency_mode(threads.latency_mode);
+    let mut backoff =
+        IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2)).yields(POLLER_YIELD_ROUNDS).threads(threads);
     let bell = match device.upgrade() {
         Some(d) => d.poller_bell.clone(),
         None => return,
