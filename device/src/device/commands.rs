@@ -46,23 +46,27 @@ impl PendingCommand {
         self.device.upgrade().and_then(|d| d.assist(&self.completion, deadline))
     }
 
-    /// Waits for the outcome from sync code.
+    /// Waits for the outcome from sync code, up to `timeout` in all.
     pub fn wait_blocking(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
-        if let Some(out) = self.assisted(deadline_after(timeout)) {
+        let deadline = deadline_after(timeout);
+        if let Some(out) = self.assisted(deadline) {
             return out;
         }
-        match self.completion.wait_blocking(timeout) {
+        // what is left of the timeout after the assist (the whole of it again made a wait last up to the assist's
+        // 50 µs longer than asked)
+        match self.completion.wait_blocking(deadline.saturating_duration_since(Instant::now())) {
             Some(r) => r,
             None => Err(self.timed_out()),
         }
     }
 
-    /// Waits for the outcome from async code.
+    /// Waits for the outcome from async code, up to `timeout` in all.
     pub async fn wait(self, timeout: Duration) -> Result<SlotEvent, DeviceError> {
-        if let Some(out) = self.assisted(deadline_after(timeout)) {
+        let deadline = deadline_after(timeout);
+        if let Some(out) = self.assisted(deadline) {
             return out;
         }
-        match self.completion.wait(timeout).await {
+        match self.completion.wait(deadline.saturating_duration_since(Instant::now())).await {
             Some(r) => r,
             None => Err(self.timed_out()),
         }
