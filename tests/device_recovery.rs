@@ -227,7 +227,10 @@ async fn a_wedged_child_that_ends_for_good_has_its_calls_dead_lettered(on: On) {
 }
 
 async fn a_lost_device_is_restarted_and_the_tree_is_created_again_on_the_new_kernel(on: On) {
-    let config = config(&on).lost_after(Some(Duration::from_millis(300)));
+    // Long enough that the call and the send below reach the halted kernel before it is declared lost, even on a
+    // loaded machine (at 300 ms, a release run with this file's tests in parallel once declared it lost first:
+    // the send was parked for the restarting child and counted as a dead target instead).
+    let config = config(&on).lost_after(Some(Duration::from_millis(1500)));
     let rt = Runtime::builder().device(config).start(tree()).await.unwrap();
     let mut events = rt.services().events().subscribe();
     let old_device = rt.device();
