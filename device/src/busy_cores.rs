@@ -23,8 +23,6 @@ const BUSY_FOR: Duration = Duration::from_millis(10);
 pub(crate) struct YieldWatch {
     /// One bit per recent yield, the newest lowest: set for a slow one.
     slow: u32,
-    /// Yields recorded since the last slow one (saturating).
-    fast_run: u32,
     /// Until when the cores count as busy.
     busy_until: Option<Instant>,
 }
@@ -47,11 +45,6 @@ impl YieldWatch {
         }
     }
 
-    /// Whether the last 32 yields were all fast: no other thread kept the core (the machine has cores to spare).
-    pub(crate) fn yields_fast(&self) -> bool {
-        self.fast_run >= 32
-    }
-
     /// Gives the core away once, and records how long that took.
     pub(crate) fn timed_yield(&mut self) {
         let before = Instant::now();
@@ -62,9 +55,7 @@ impl YieldWatch {
 
     /// Records a yield that took `took` and ended at `now`.
     fn record(&mut self, took: Duration, now: Instant) {
-        let slow = took > SLOW_YIELD;
-        self.slow = (self.slow << 1) | u32::from(slow);
-        self.fast_run = if slow { 0 } else { self.fast_run.saturating_add(1) };
+        self.slow = (self.slow << 1) | u32::from(took > SLOW_YIELD);
         if self.slow.count_ones() >= BUSY_WHEN_SLOW {
             self.slow = 0;
             self.busy_until = Some(now + BUSY_FOR);
@@ -90,27 +81,6 @@ mod tests {
             watch.record(if i % 4 == 0 { SLOW } else { FAST }, now);
             assert!(!watch.cores_busy_at(now), "yield {i}");
         }
-    }
-
-    /// The default slice is for a thread whose yields all came back fast: 32 in a row, and one slow one starts the
-    /// count over.
-    #[test]
-    fn yields_count_as_fast_after_32_fast_ones_in_a_row() {
-        let mut watch = YieldWatch::default();
-        let now = Instant::now();
-        assert!(!watch.yields_fast(), "no yield recorded yet");
-        for i in 0..31 {
-            watch.record(FAST, now);
-            assert!(!watch.yields_fast(), "after {} fast yields", i + 1);
-        }
-        watch.record(FAST, now);
-        assert!(watch.yields_fast());
-        watch.record(SLOW, now);
-        assert!(!watch.yields_fast(), "one slow yield");
-        for _ in 0..32 {
-            watch.record(FAST, now);
-        }
-        assert!(watch.yields_fast());
     }
 
     #[test]

@@ -47,8 +47,24 @@ mod imp {
         period: u64,
     }
 
+    /// Gives the calling thread `slice` if its own is longer; returns what to restore (0: the system's default).
+    pub(super) fn lend(slice: Duration) -> Option<u64> {
+        let own = current_slice_ns().filter(|&own| u128::from(own) > slice.as_nanos())?;
+        if !request(slice) {
+            return None;
+        }
+        Some(if Some(own) == default_slice_ns() { 0 } else { own })
+    }
+
+    /// The slice a thread without a slice of its own gets (read once, on a thread made for it).
+    fn default_slice_ns() -> Option<u64> {
+        static DEFAULT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        *DEFAULT.get_or_init(|| {
+            std::thread::spawn(|| if request(Duration::ZERO) { current_slice_ns() } else { None }).join().ok()?
+        })
+    }
+
     /// The calling thread's slice as the kernel reports it (`sched_getattr`), in nanoseconds.
-    #[cfg(test)]
     pub(super) fn current_slice_ns() -> Option<u64> {
         let mut attr =
             SchedAttr { size: 0, policy: 0, flags: 0, nice: 0, priority: 0, runtime: 0, deadline: 0, period: 0 };
@@ -86,18 +102,35 @@ mod imp {
     }
 }
 
-/// The calling thread's slice as the kernel reports it, in nanoseconds (tests only).
-#[cfg(all(test, target_os = "linux"))]
-pub(crate) fn current_slice_ns() -> Option<u64> {
-    imp::current_slice_ns()
+/// The device threads' short slice lent to a caller's thread while it yields, waiting for a device's answer; its
+/// own slice back when dropped.
+///
+/// Why: under EEVDF a yield moves the yielder's deadline on by one of its own slices. A caller with the default
+/// slice (1-4 ms) that yields once fell behind every device thread yielding in a loop on its core (100 µs slices)
+/// until they had each yielded a few dozen times: about 40 µs, call after call, while the device's workers
+/// shared the caller's core (`bench/examples/latency_probe.rs` with that placement forced: 44-49 µs a call, 16 µs
+/// with the slice lent). Giving the device threads the default slice instead (tried) cost their share of a
+/// core beside a user's thread that sends flat out and never yields. The caller's own slice is back before the
+/// call returns (or sleeps): two system calls, on a call that has waited past its busy window already.
+pub(crate) struct LentSlice {
+    /// The slice to restore (nanoseconds; 0: the system's default); `None`: nothing was lent.
+    restore: Option<u64>,
 }
 
-/// Whether the running kernel is at least `major.minor` (from its release string; tests only).
-#[cfg(test)]
-pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+impl LentSlice {
+    /// Lends `slice` to the calling thread if its own is longer (nothing for a thread that asked for as short a
+    /// slice or shorter, or that does not run under the normal policy, or where the system has no such call).
+    pub(crate) fn lend(slice: Option<Duration>) -> Self {
+        Self { restore: slice.and_then(imp::lend) }
+    }
+}
+
+impl Drop for LentSlice {
+    fn drop(&mut self) {
+        if let Some(ns) = self.restore {
+            request_thread_slice(Duration::from_nanos(ns));
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -105,11 +138,24 @@ mod imp {
     pub(super) fn request(_slice: std::time::Duration) -> bool {
         false
     }
+
+    pub(super) fn lend(_slice: std::time::Duration) -> Option<u64> {
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_os = "linux")]
+    use imp::current_slice_ns;
+
+    /// Whether the running kernel is at least `major.minor` (from `uname -r`).
+    fn kernel_at_least(major: u32, minor: u32) -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+    }
 
     #[test]
     #[cfg(target_os = "linux")]
@@ -132,8 +178,44 @@ mod tests {
             // SAFETY: sched_getscheduler of the calling thread.
             assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
             if kernel_at_least(6, 12) {
-                assert_eq!(imp::current_slice_ns(), Some(300_000), "the kernel reports the slice asked for");
+                assert_eq!(current_slice_ns(), Some(300_000), "the kernel reports the slice asked for");
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A caller's thread runs with the lent slice until the loan is dropped, then with its own again (the system's
+    /// default, or one it asked for); a thread whose own slice is as short keeps it.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_lent_slice_is_given_back_when_dropped() {
+        std::thread::spawn(|| {
+            let short = Duration::from_micros(100);
+            if !request_thread_slice(Duration::ZERO) {
+                eprintln!("sched_setattr refused here: nothing to check");
+                return;
+            }
+            // where the kernel takes and reports slices (6.12+), it says which one the thread runs with
+            let reports = kernel_at_least(6, 12);
+            let own = current_slice_ns().expect("sched_getattr");
+            {
+                let lent = LentSlice::lend(Some(short));
+                assert_eq!(lent.restore.is_some(), reports, "lent where slices are taken");
+                if reports {
+                    assert_eq!(current_slice_ns(), Some(100_000));
+                }
+            }
+            assert_eq!(current_slice_ns(), Some(own), "the thread's own slice back");
+            assert!(LentSlice::lend(None).restore.is_none(), "no slice to lend: nothing changes");
+
+            assert!(request_thread_slice(Duration::from_micros(300)));
+            drop(LentSlice::lend(Some(short)));
+            if reports {
+                assert_eq!(current_slice_ns(), Some(300_000), "a slice the thread asked for is restored as it was");
+            }
+            let kept = LentSlice::lend(Some(Duration::from_millis(1)));
+            assert!(kept.restore.is_none(), "a thread whose own slice is shorter keeps it");
         })
         .join()
         .unwrap();

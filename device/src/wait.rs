@@ -31,51 +31,6 @@ impl HostThreads {
     }
 }
 
-/// Which slice a device thread runs with now: the short one it asked for ([`HostThreads::slice`]) while it works
-/// and while it is parked, the system's default while it yields in a loop.
-///
-/// Why: under Linux's EEVDF scheduler a yield moves the yielder's deadline on by one of its slices. A caller
-/// (a user's thread, with the default slice of 1-4 ms) that yields while it waits for a reply fell behind every
-/// device thread yielding in a loop on its core (100 µs slices) until they had yielded a few dozen times each:
-/// about 40 µs, for every call, while the workers shared the caller's core (`lat_probe` with that placement forced:
-/// 44 µs a call; a model of two yielding threads beside a yielding caller: 32.6 µs with 100 µs slices, 4.7 µs
-/// with the default). A short slice serves a thread that is woken (it preempts the thread running where it
-/// wakes); a thread that yields is never woken, and with the default slice it yields as a caller does.
-struct SliceSwitch {
-    /// The slice asked for when working or parked; `None`: the system's default throughout (nothing switches).
-    short: Option<Duration>,
-    /// Whether the thread runs with `short` now (it does from [`HostThreads::enter`]).
-    on_short: bool,
-}
-
-impl SliceSwitch {
-    fn new(short: Option<Duration>) -> Self {
-        Self { short, on_short: short.is_some() }
-    }
-
-    /// Before a yield: the system's default slice while the thread's recent yields were all fast (`fast`: no
-    /// other thread kept the core), else the short one (beside threads that never yield, a yield with the default
-    /// slice gives the core away for a whole slice of theirs: milliseconds). One system call at each change.
-    fn for_yielding(&mut self, fast: bool) {
-        if fast {
-            if self.on_short {
-                self.on_short = false;
-                crate::thread_slice::request_thread_slice(Duration::ZERO);
-            }
-        } else {
-            self.for_parking();
-        }
-    }
-
-    /// Before a park: the short slice again (one system call, at the first park after yielding).
-    fn for_parking(&mut self) {
-        if let (false, Some(slice)) = (self.on_short, self.short) {
-            self.on_short = true;
-            crate::thread_slice::request_thread_slice(slice);
-        }
-    }
-}
-
 /// Wakes parked threads without losing a wake-up that races with parking.
 pub(crate) struct Parker {
     epoch: AtomicU64,
@@ -183,21 +138,12 @@ pub(crate) struct IdleBackoff {
     never_park: bool,
     /// The latency mode's record of its yields.
     watch: YieldWatch,
-    slice: SliceSwitch,
 }
 
 impl IdleBackoff {
     /// `spin` rounds that spin, as many that yield, then parks of up to `park_max`.
     pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self {
-            idle: 0,
-            spin,
-            yields: spin,
-            park_max,
-            never_park: false,
-            watch: YieldWatch::default(),
-            slice: SliceSwitch::new(None),
-        }
+        Self { idle: 0, spin, yields: spin, park_max, never_park: false, watch: YieldWatch::default() }
     }
 
     /// Sets the rounds that yield before the thread parks. Yielding keeps a thread as quick to find new work
@@ -207,14 +153,11 @@ impl IdleBackoff {
         self
     }
 
-    /// Waits as a device thread of `threads` does. In the latency mode it never parks: after spinning it yields,
-    /// so work that arrives while it is idle costs no wake-up (and the thread keeps a core busy); while most of
-    /// its recent yields were slow (the cores are busy with threads that do not yield: see [`crate::busy_cores`])
-    /// it waits as without. It yields with the system's default slice and parks with the thread's own
-    /// ([`SliceSwitch`]).
-    pub(crate) fn threads(mut self, threads: HostThreads) -> Self {
-        self.never_park = threads.latency_mode;
-        self.slice = SliceSwitch::new(threads.slice);
+    /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
+    /// is idle costs no wake-up (and the thread keeps a core busy). While most of its recent yields were slow
+    /// (the cores are busy with threads that do not yield: see [`crate::busy_cores`]) it waits as without.
+    pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
+        self.never_park = latency_mode;
         self
     }
 
@@ -235,11 +178,11 @@ impl IdleBackoff {
             for _ in 0..pauses_per_spin() {
                 std::hint::spin_loop();
             }
-        } else if (self.never_park && !self.watch.cores_busy()) || self.idle <= self.spin.saturating_add(self.yields) {
-            self.slice.for_yielding(self.watch.yields_fast());
+        } else if self.never_park && !self.watch.cores_busy() {
             self.watch.timed_yield();
+        } else if self.idle <= self.spin.saturating_add(self.yields) {
+            std::thread::yield_now();
         } else {
-            self.slice.for_parking();
             let shift = (self.idle - self.spin - self.yields).min(16);
             let timeout = Duration::from_micros(50u64 << shift).min(self.park_max);
             parker.park_unless(seen, timeout, pending);
@@ -330,50 +273,6 @@ mod tests {
         assert_eq!(pauses_for(0.0), 8);
         assert_eq!(pauses_for(f64::NAN), 8);
         assert!((1..=16).contains(&pauses_per_spin()), "this machine's: {}", pauses_per_spin());
-    }
-
-    /// A device thread yields with the system's default slice while its yields come back fast, and with its own
-    /// short one otherwise and when it parks; a thread that asked for no slice is never switched.
-    #[test]
-    #[cfg(target_os = "linux")]
-    fn a_device_thread_yields_with_the_default_slice_only_while_its_yields_are_fast() {
-        std::thread::spawn(|| {
-            let short = Duration::from_micros(100);
-            let threads = HostThreads { latency_mode: true, slice: Some(short) };
-            threads.enter();
-            // where the kernel takes and reports slices (6.12+), it says which one the thread runs with
-            let check = |expect_short: bool| {
-                if crate::thread_slice::kernel_at_least(6, 12) {
-                    let now = crate::thread_slice::current_slice_ns().expect("sched_getattr");
-                    assert_eq!(now == 100_000, expect_short, "slice now {now} ns");
-                }
-            };
-            if !crate::thread_slice::request_thread_slice(short) {
-                eprintln!("sched_setattr refused here: nothing to check");
-                return;
-            }
-            let mut switch = SliceSwitch::new(threads.slice);
-            assert!(switch.on_short);
-            switch.for_yielding(true);
-            assert!(!switch.on_short, "fast yields: the default slice");
-            check(false);
-            switch.for_yielding(true);
-            assert!(!switch.on_short);
-            switch.for_yielding(false);
-            assert!(switch.on_short, "a slow yield: the short slice again");
-            check(true);
-            switch.for_yielding(true);
-            switch.for_parking();
-            assert!(switch.on_short, "parked: the short slice");
-            check(true);
-
-            let mut none = SliceSwitch::new(None);
-            none.for_yielding(true);
-            none.for_parking();
-            assert!(!none.on_short, "no slice asked for: nothing switches");
-        })
-        .join()
-        .unwrap();
     }
 
     /// Spins a pseudo-random 0..1024 rounds: moves the two threads' steps against each other, so the waker's

@@ -246,8 +246,9 @@ impl Drop for Pool {
 
 fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     pool.key.threads.enter();
-    let mut backoff =
-        IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max).yields(WORKER_YIELD_ROUNDS).threads(pool.key.threads);
+    let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
+        .yields(WORKER_YIELD_ROUNDS)
+        .latency_mode(pool.key.threads.latency_mode);
     let mut grids: Vec<Grid> = Vec::new();
     let mut seen_generation = u64::MAX;
     let mut rotation = index;

@@ -105,6 +105,8 @@ pub(crate) struct DeviceInner {
     /// The device-wide fault bits the host has set (`RV_DEVICE_*`).
     device_faults: AtomicU32,
     lost_after: Option<Duration>,
+    /// The slice the device's threads ask for, lent to a caller while it yields ([`crate::thread_slice::LentSlice`]).
+    thread_slice: Option<Duration>,
     opened: Instant,
     /// When block 0's heartbeat was last seen moving, nanoseconds after `opened`.
     last_beat_ns: AtomicU64,
@@ -195,6 +197,7 @@ impl Device {
             loss_cause: Mutex::new(None),
             device_faults: AtomicU32::new(0),
             lost_after: config.lost_after,
+            thread_slice: config.thread_slice,
             opened: Instant::now(),
             last_beat_ns: AtomicU64::new(0),
             counters: Counters::default(),

@@ -15,6 +15,7 @@ use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
 use crate::sync::{lock, try_lock, Completion};
+use crate::thread_slice::LentSlice;
 use crate::wait::{CallClock, HostThreads, IdleBackoff, Parker};
 
 /// Where the host has read the event ring and each outbox up to.
@@ -36,6 +37,7 @@ pub(super) const ASSIST_SPIN: Duration = Duration::from_micros(50);
 /// For how much of [`ASSIST_SPIN`] it polls without giving up its core: past this, it yields between polls, so
 /// that on a machine whose cores are busy the threads that produce the answer (a CPU backend's worker, the
 /// poller) get the core it would spin on (an answer usually comes within a few microseconds on an idle one).
+/// While it yields it runs with the device threads' short slice ([`LentSlice`]).
 pub(super) const ASSIST_BUSY: Duration = Duration::from_micros(4);
 /// A caller waiting for its own slot's reply polls the whole device when the device published something else,
 /// and regardless once every this many spinning rounds (each about the cost of one load of its slot's outbox
@@ -124,8 +126,9 @@ impl Drop for Assisting<'_> {
 /// mode without ever parking).
 pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
     threads.enter();
-    let mut backoff =
-        IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2)).yields(POLLER_YIELD_ROUNDS).threads(threads);
+    let mut backoff = IdleBackoff::new(POLLER_SPIN_ROUNDS, Duration::from_millis(2))
+        .yields(POLLER_YIELD_ROUNDS)
+        .latency_mode(threads.latency_mode);
     let bell = match device.upgrade() {
         Some(d) => d.poller_bell.clone(),
         None => return,
@@ -227,6 +230,8 @@ impl DeviceInner {
     ) -> Option<T> {
         let _turn = Assisting::begin(&self.poller_bell);
         let mut spinning = true;
+        // the device threads' short slice, lent to this thread from its first yield to the end of its turn
+        let mut lent = None;
         for round in 0u32.. {
             if let Some(out) = completion.try_take() {
                 return Some(out);
@@ -246,6 +251,9 @@ impl DeviceInner {
             if spinning {
                 std::hint::spin_loop();
             } else {
+                if lent.is_none() {
+                    lent = Some(LentSlice::lend(self.thread_slice));
+                }
                 std::thread::yield_now();
             }
         }

@@ -207,7 +207,7 @@ fn run(s: &WgpuShared, gpu: Gpu, live: LiveThread) {
 
 fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
     let mut mirror = Mirror::new(s.header, &s.host);
-    let mut backoff = IdleBackoff::new(8, s.config.park_max).threads(s.threads);
+    let mut backoff = IdleBackoff::new(8, s.config.park_max).latency_mode(s.threads.latency_mode);
     let started = std::time::Instant::now();
     let terminate = std::mem::offset_of!(RawGridHeader, terminate);
     let faults = std::mem::offset_of!(RawGridHeader, device_faults);
