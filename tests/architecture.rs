@@ -76,7 +76,12 @@ const CRATES: &[(&str, &str, Layers)] = &[
     (
         "bench/src",
         "main.rs",
-        &[&["stats", "heap", "runtime"], &["backends", "liveness", "remote"], &["scenarios"], &["contention", "cuda"]],
+        &[
+            &["stats", "heap", "runtime", "floor"],
+            &["backends", "liveness", "remote"],
+            &["scenarios"],
+            &["contention", "cuda"],
+        ],
     ),
     ("build-support/src", "lib.rs", &[]),
     ("examples/moving-average/src", "lib.rs", &[]),

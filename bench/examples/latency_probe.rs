@@ -12,44 +12,17 @@
 //! cargo run --release -p ringvisor-bench --example latency_probe -- [BLOCKS, default 40]
 //! ```
 
-use std::hint::spin_loop;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringvisor::device::{Device, DeviceConfig};
+
+#[path = "../src/floor.rs"]
+mod floor;
 
 const T: Duration = Duration::from_secs(10);
 const PER_BLOCK: usize = 5_000;
 /// A block of calls whose median is over this is a trapped one.
 const SLOW_BLOCK_NS: f64 = 5_000.0;
-
-/// `n` round trips between this thread and a peer, both spinning on one atomic.
-fn spin_block(n: usize) -> Vec<f64> {
-    let cell = Arc::new(AtomicU64::new(0));
-    let peer = cell.clone();
-    let rounds = n as u64;
-    let echo = std::thread::spawn(move || {
-        for i in 0..rounds {
-            while peer.load(Ordering::Acquire) != 2 * i + 1 {
-                spin_loop();
-            }
-            peer.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    let samples = (0..rounds)
-        .map(|i| {
-            let t0 = Instant::now();
-            cell.store(2 * i + 1, Ordering::Release);
-            while cell.load(Ordering::Acquire) != 2 * i + 2 {
-                spin_loop();
-            }
-            t0.elapsed().as_nanos() as f64
-        })
-        .collect();
-    echo.join().expect("spinner");
-    samples
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -108,7 +81,7 @@ fn main() {
                 t0.elapsed().as_nanos() as f64
             })
             .collect();
-        let mut floor_ns = if with_floor { spin_block(PER_BLOCK) } else { Vec::new() };
+        let mut floor_ns = if with_floor { floor::spin_round_trips(PER_BLOCK) } else { Vec::new() };
         if block > 0 {
             let m = median(&mut call_ns);
             slow += usize::from(m > SLOW_BLOCK_NS);

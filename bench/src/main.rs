@@ -21,6 +21,7 @@
 mod backends;
 mod contention;
 mod cuda;
+mod floor;
 mod heap;
 mod liveness;
 mod remote;

@@ -21,11 +21,11 @@ use std::time::Duration;
 pub const DEFAULT_THREAD_SLICE: Duration = Duration::from_micros(100);
 
 /// Asks the kernel to schedule the calling thread with time slices of `slice` (Linux clamps it to 0.1-100 ms;
-/// `Duration::ZERO`: the system's default again), keeping its policy and nice value. Call it at the start of a thread that waits for work handed to it by
-/// others, for example in `tokio::runtime::Builder::on_thread_start` for the runtime that runs your
-/// supervisors (the `ringvisor` binary does). Returns whether the request was accepted: false where the thread
-/// does not run under the normal policy (a real-time or batch thread is left as it is) or the system has no
-/// such call; a Linux kernel older than 6.12 accepts it and ignores it.
+/// `Duration::ZERO`: the system's default again), keeping its policy and nice value. Call it at the start of a
+/// thread that waits for work handed to it by others, for example in `tokio::runtime::Builder::on_thread_start`
+/// for the runtime that runs your supervisors (the `ringvisor` binary does). Returns whether the request was
+/// accepted: false where the thread does not run under the normal policy (a real-time or batch thread is left as
+/// it is) or the system has no such call; a Linux kernel older than 6.12 accepts it and ignores it.
 pub fn request_thread_slice(slice: Duration) -> bool {
     imp::request(slice)
 }
@@ -108,7 +108,7 @@ mod imp {
 /// Why: under EEVDF a yield moves the yielder's deadline on by one of its own slices. A caller with the default
 /// slice (1-4 ms) that yields once fell behind every device thread yielding in a loop on its core (100 µs slices)
 /// until they had each yielded a few dozen times: about 40 µs, call after call, while the device's workers
-/// shared the caller's core (`bench/examples/latency_probe.rs` with that placement forced: 44-49 µs a call, 16 µs
+/// shared the caller's core (`bench/examples/latency_probe.rs` with that placement forced: 44-49 µs a call, 15 µs
 /// with the slice lent). Giving the device threads the default slice instead (tried) cost their share of a
 /// core beside a user's thread that sends flat out and never yields. The caller's own slice is back before the
 /// call returns (or sleeps): two system calls, on a call that has waited past its busy window already.

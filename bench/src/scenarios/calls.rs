@@ -1,8 +1,6 @@
 //! Round trips: a call through a running kernel (`Device::call`, the supervised handle, the latency mode, large payloads,
 //! calls forwarded between devices) against ractor's, tokio's and a spinning thread's.
 
-use std::hint::spin_loop;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +9,7 @@ use ringvisor::device::{Device, DeviceConfig};
 use ringvisor::prelude::*;
 
 use super::{elapsed_ns, tokio, Echo, EchoMsg, ECHO, T};
+use crate::floor::spin_round_trips;
 use crate::stats::{Summary, Unit};
 
 /// The request-reply round trip of ringvisor (`Device::call`, and a supervised `GpuActorRef::call`) and its
@@ -87,7 +86,7 @@ pub fn round_trip(n: usize) -> Vec<Summary> {
                     }
                     v
                 }),
-                4 => spin_block(per_round),
+                4 => spin_round_trips(per_round),
                 _ => condvar_block(per_round),
             };
             // Round 0 warms every system up and is not kept.
@@ -120,7 +119,7 @@ pub fn round_trip_latency_mode(n: usize) -> (Summary, Summary) {
                 elapsed_ns(t0)
             })
             .collect();
-        let spin = spin_block(per_round);
+        let spin = spin_round_trips(per_round);
         if round > 0 {
             calls.extend(block);
             floor.extend(spin);
@@ -190,32 +189,6 @@ fn condvar_block(n: usize) -> Vec<f64> {
         samples.push(elapsed_ns(t0));
     }
     echo.join().expect("condvar peer");
-    samples
-}
-
-/// `n` ping-pong round trips between this thread and a spinning peer.
-fn spin_block(n: usize) -> Vec<f64> {
-    let cell = Arc::new(AtomicU64::new(0));
-    let peer = cell.clone();
-    let rounds = n as u64;
-    let echo = std::thread::spawn(move || {
-        for i in 0..rounds {
-            while peer.load(Ordering::Acquire) != 2 * i + 1 {
-                spin_loop();
-            }
-            peer.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..rounds {
-        let t0 = Instant::now();
-        cell.store(2 * i + 1, Ordering::Release);
-        while cell.load(Ordering::Acquire) != 2 * i + 2 {
-            spin_loop();
-        }
-        samples.push(elapsed_ns(t0));
-    }
-    echo.join().expect("spinner");
     samples
 }
 
