@@ -50,8 +50,10 @@ pub struct DeviceConfig {
     /// The time slice the device's own host threads (the CPU backend's workers, the poller, the WebGPU
     /// executor) ask of the kernel's scheduler ([`request_thread_slice`](crate::request_thread_slice)): short, so
     /// that a thread woken with work runs at once on a machine whose cores are busy, instead of after a busy
-    /// thread's slice (3-4 ms on Linux). Default [`DEFAULT_THREAD_SLICE`](crate::DEFAULT_THREAD_SLICE); `None`:
-    /// the system's default.
+    /// thread's slice (3-4 ms on Linux). A caller's thread that yields while it waits for this device's answer
+    /// runs with the same slice until its wait ends (its own given back), so it is not left behind the device's
+    /// threads yielding on its core. Default [`DEFAULT_THREAD_SLICE`](crate::DEFAULT_THREAD_SLICE); `None`: the
+    /// system's default, and nothing lent.
     pub thread_slice: Option<Duration>,
 }
 
