@@ -47,13 +47,31 @@ mod imp {
         period: u64,
     }
 
-    /// Gives the calling thread `slice` if its own is longer; returns what to restore (0: the system's default).
-    pub(super) fn lend(slice: Duration) -> Option<u64> {
-        let own = current_slice_ns().filter(|&own| u128::from(own) > slice.as_nanos())?;
-        if !request(slice) {
+    /// A slice lent to the calling thread: its own settings, to give back ([`Lent::give_back`]).
+    pub(super) struct Lent(SchedAttr);
+
+    impl Lent {
+        /// Sets the thread's own settings again (its own slice; the system's default if it had no slice of its own).
+        pub(super) fn give_back(&self) {
+            set(&self.0);
+        }
+    }
+
+    /// Gives the calling thread `slice` if its own is longer and it runs under the normal policy; returns what to
+    /// give back. One `sched_getattr` and one `sched_setattr`, and one more to give it back (its policy and nice
+    /// value come with the slice it reads: [`request`]'s two further calls are not needed).
+    pub(super) fn lend(slice: Duration) -> Option<Lent> {
+        let mut attr = current_attr()?;
+        if attr.policy != libc::SCHED_OTHER as u32 || u128::from(attr.runtime) <= slice.as_nanos() {
             return None;
         }
-        Some(if Some(own) == default_slice_ns() { 0 } else { own })
+        let own = attr.runtime;
+        attr.runtime = slice_ns(slice);
+        if !set(&attr) {
+            return None;
+        }
+        attr.runtime = if Some(own) == default_slice_ns() { 0 } else { own };
+        Some(Lent(attr))
     }
 
     /// The slice a thread without a slice of its own gets (read once, on a thread made for it).
@@ -64,14 +82,33 @@ mod imp {
         })
     }
 
-    /// The calling thread's slice as the kernel reports it (`sched_getattr`), in nanoseconds.
-    pub(super) fn current_slice_ns() -> Option<u64> {
+    /// The calling thread's scheduling settings as the kernel reports them (`sched_getattr`).
+    fn current_attr() -> Option<SchedAttr> {
         let mut attr =
             SchedAttr { size: 0, policy: 0, flags: 0, nice: 0, priority: 0, runtime: 0, deadline: 0, period: 0 };
         let size = std::mem::size_of::<SchedAttr>() as u32;
         // SAFETY: `attr` is writable and `size` bytes long; pid 0 is the calling thread.
         let r = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut SchedAttr, size, 0) };
-        (r == 0).then_some(attr.runtime)
+        // the kernel writes its own struct size into `size`: ours is what a later sched_setattr reads
+        attr.size = size;
+        (r == 0).then_some(attr)
+    }
+
+    /// The calling thread's slice as the kernel reports it (`sched_getattr`), in nanoseconds.
+    pub(super) fn current_slice_ns() -> Option<u64> {
+        current_attr().map(|attr| attr.runtime)
+    }
+
+    /// `slice` as `sched_attr`'s runtime.
+    fn slice_ns(slice: Duration) -> u64 {
+        slice.as_nanos().min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Sets the calling thread's scheduling settings (`sched_setattr`).
+    fn set(attr: &SchedAttr) -> bool {
+        // SAFETY: `attr` is a valid sched_attr of the size it declares, read by the kernel only during the call;
+        // pid 0 is the calling thread.
+        unsafe { libc::syscall(libc::SYS_sched_setattr, 0, attr as *const SchedAttr, 0) == 0 }
     }
 
     pub(super) fn request(slice: Duration) -> bool {
@@ -86,19 +123,16 @@ mod imp {
         if policy != libc::SCHED_OTHER {
             return false;
         }
-        let attr = SchedAttr {
+        set(&SchedAttr {
             size: std::mem::size_of::<SchedAttr>() as u32,
             policy: libc::SCHED_OTHER as u32,
             flags: 0,
             nice,
             priority: 0,
-            runtime: slice.as_nanos().min(u128::from(u64::MAX)) as u64,
+            runtime: slice_ns(slice),
             deadline: 0,
             period: 0,
-        };
-        // SAFETY: `attr` is a valid sched_attr of the size it declares, read by the kernel only during the call;
-        // pid 0 is the calling thread.
-        unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
+        })
     }
 }
 
@@ -111,10 +145,10 @@ mod imp {
 /// shared the caller's core (`bench/examples/latency_probe.rs` with that placement forced: 44-49 µs a call, 15 µs
 /// with the slice lent). Giving the device threads the default slice instead (tried) cost their share of a
 /// core beside a user's thread that sends flat out and never yields. The caller's own slice is back before the
-/// call returns (or sleeps): two system calls, on a call that has waited past its busy window already.
+/// call returns (or sleeps): three system calls in all, on a call that has waited past its busy window already.
 pub(crate) struct LentSlice {
-    /// The slice to restore (nanoseconds; 0: the system's default); `None`: nothing was lent.
-    restore: Option<u64>,
+    /// The thread's own settings, to give back; `None`: nothing was lent.
+    restore: Option<imp::Lent>,
 }
 
 impl LentSlice {
@@ -127,8 +161,8 @@ impl LentSlice {
 
 impl Drop for LentSlice {
     fn drop(&mut self) {
-        if let Some(ns) = self.restore {
-            request_thread_slice(Duration::from_nanos(ns));
+        if let Some(lent) = &self.restore {
+            lent.give_back();
         }
     }
 }
@@ -139,7 +173,16 @@ mod imp {
         false
     }
 
-    pub(super) fn lend(_slice: std::time::Duration) -> Option<u64> {
+    /// Nothing is ever lent here.
+    pub(super) enum Lent {}
+
+    impl Lent {
+        pub(super) fn give_back(&self) {
+            match *self {}
+        }
+    }
+
+    pub(super) fn lend(_slice: std::time::Duration) -> Option<Lent> {
         None
     }
 }
