@@ -189,6 +189,17 @@ fn a_gpu_with_an_execution_timeout_runs_event_driven_and_outlives_the_watchdog()
     all_released(&gpu);
 }
 
+/// A start timeout of `Duration::MAX` ("wait for ever") opens the device: the start's waits (the clock probe's
+/// answers, the kernel's handshake) took the instant `timeout` from now, which panics when the sum overflows.
+#[test]
+fn a_start_timeout_of_duration_max_waits_for_ever_without_panicking() {
+    let gpu = EmulatedDriver::new(EmulatedGpu::default());
+    let d = open_on(&gpu, 2, |c| CudaConfig { start_timeout: Duration::MAX, ..c }).unwrap();
+    counter_works(&d, 0);
+    drop(d);
+    all_released(&gpu);
+}
+
 /// Defect 11: event times are host time although the device clock has an epoch of its own.
 #[test]
 fn event_times_are_host_time() {

@@ -46,7 +46,7 @@ pub(super) fn calibrate(
     d.launch(ctx, &Launch { function, grid: 1, threads: 32, args, stream, cooperative: false }).map_err(driver_err)?;
     let mut best: Option<Calibration> = None;
     for round in 1..=ROUNDS {
-        let deadline = Instant::now() + limit;
+        let deadline = crate::clock::deadline_after(limit);
         let before = unix_now_ns();
         cell(0).store(round, Ordering::Release);
         while cell(2).load(Ordering::Acquire) != round {

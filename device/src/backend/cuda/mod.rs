@@ -196,7 +196,7 @@ fn wait_until(
     limit: Duration,
     mut done: impl FnMut() -> Result<bool, DeviceError>,
 ) -> Result<(), DeviceError> {
-    let deadline = Instant::now() + limit;
+    let deadline = crate::clock::deadline_after(limit);
     let mut retry = crate::wait::Retry::new(Duration::from_micros(200));
     loop {
         if done()? {
