@@ -156,7 +156,14 @@ impl IdleBackoff {
     /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
     /// is idle costs no wake-up (and the thread keeps a core busy). While most of its recent yields were slow
     /// (the cores are busy with threads that do not yield: see [`crate::busy_cores`]) it waits as without.
+    /// Its spinning rounds are a single pause each (as many more rounds: the spinning lasts as long): the thread
+    /// has a core to itself by the mode's contract, and work that arrives waits half a round on average.
     pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
+        match (self.never_park, latency_mode) {
+            (false, true) => self.spin = self.spin.saturating_mul(pauses_per_spin()),
+            (true, false) => self.spin /= pauses_per_spin(),
+            _ => {}
+        }
         self.never_park = latency_mode;
         self
     }
@@ -175,7 +182,8 @@ impl IdleBackoff {
     pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
         if self.idle <= self.spin {
-            for _ in 0..pauses_per_spin() {
+            let pauses = if self.never_park { 1 } else { pauses_per_spin() };
+            for _ in 0..pauses {
                 std::hint::spin_loop();
             }
         } else if self.never_park && !self.watch.cores_busy() {
@@ -273,6 +281,19 @@ mod tests {
         assert_eq!(pauses_for(0.0), 8);
         assert_eq!(pauses_for(f64::NAN), 8);
         assert!((1..=16).contains(&pauses_per_spin()), "this machine's: {}", pauses_per_spin());
+    }
+
+    /// The latency mode spins in rounds of one pause, as many more of them as a round of the other threads has
+    /// pauses (the spinning lasts as long); turning it off again restores the rounds.
+    #[test]
+    fn the_latency_mode_spins_in_rounds_of_one_pause_for_as_long() {
+        let normal = IdleBackoff::new(32, Duration::from_millis(1));
+        let fast = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true);
+        assert_eq!(fast.spin, 32 * pauses_per_spin());
+        assert!(fast.never_park && !normal.never_park);
+        assert_eq!(fast.latency_mode(true).spin, 32 * pauses_per_spin(), "turning it on twice changes nothing");
+        let off = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true).latency_mode(false);
+        assert_eq!((off.spin, off.never_park), (32, false));
     }
 
     /// Spins a pseudo-random 0..1024 rounds: moves the two threads' steps against each other, so the waker's
