@@ -83,13 +83,23 @@ fn a_kernel_that_cannot_pause_fails_a_second_open_clearly_and_keeps_running() {
     slow_init.extend_from_slice(&0u32.to_le_bytes());
     slow_init.extend_from_slice(&0x574F_4C53u32.to_le_bytes()); // RV_TEST_SLOW_INIT
     slow_init.extend_from_slice(&10_000_000_000u64.to_le_bytes());
-    let init = first.create(0, "test", &slow_init).unwrap();
+    let mut init = first.create(0, "test", &slow_init).unwrap();
     let initializing = || first.snapshot(0).unwrap().state == SlotState::Initializing;
     eventually("block 0 to prepare the creation", initializing);
     // Until the init is running on its block the first kernel still pauses, and a second open succeeds: try
     // again, as long as the slot initialises (however slowly this machine runs), until one meets the busy block.
+    let mut starts = 1;
     let err = loop {
-        assert!(initializing(), "the init ended and never held its block against an open");
+        if !initializing() {
+            // The init began while an open or a drop waited for the first kernel to pause, and that wait (5 s)
+            // reached past the init's middle: the next open met the block after the init's 10 s. On a loaded
+            // machine that placement happens; start the init again and look once more.
+            init.wait_blocking(T).unwrap();
+            starts += 1;
+            assert!(starts <= 3, "the init never held its block against an open in {} starts", starts - 1);
+            init = first.restart(0, "test", &slow_init).unwrap();
+            eventually("the init to start again", initializing);
+        }
         match open_on(&gpu, 2, |c| c) {
             Ok(second) => drop(second),
             Err(e) => break e,
