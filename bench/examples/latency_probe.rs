@@ -2,7 +2,7 @@
 //! sections. Each block is 5,000 `Device::call`s of an 8-byte echo on a device in the latency mode, then (unless
 //! `NOFLOOR` is set) 5,000 round trips of two threads spinning on an atomic; it prints the median of the blocks'
 //! medians of each, their ratio, and how many call blocks had a median over 5 µs (the trap of docs/benchmarks.md:
-//! whole blocks of calls at 40-45 µs).
+//! whole blocks of calls at 40-45 µs), and on stderr the median of each such block as it ends.
 //!
 //! `PIN=caller,poller,workers` pins the calling thread, the device's poller and its workers to those CPUs, to force
 //! a placement: `PIN=0,1,0` (the workers on the caller's CPU) is the trap's (run it with `NOFLOOR=1`: the floor's
@@ -85,6 +85,9 @@ fn main() {
         if block > 0 {
             let m = median(&mut call_ns);
             slow += usize::from(m > SLOW_BLOCK_NS);
+            if m > SLOW_BLOCK_NS {
+                eprintln!("block {block}: median {m:.0} ns");
+            }
             calls.push(m);
             if with_floor {
                 floors.push(median(&mut floor_ns));
