@@ -4,6 +4,8 @@
 //! medians of each, their ratio, and how many call blocks had a median over 5 µs (the trap of docs/benchmarks.md:
 //! whole blocks of calls at 40-45 µs), and on stderr the median of each such block as it ends.
 //!
+//! `GAP_NS=N` leaves N ns (spun, not slept) between calls, as a service whose calls do not come back to back.
+//!
 //! `PIN=caller,poller,workers` pins the calling thread, the device's poller and its workers to those CPUs, to force
 //! a placement: `PIN=0,1,0` (the workers on the caller's CPU) is the trap's (run it with `NOFLOOR=1`: the floor's
 //! second thread would share the caller's CPU).
@@ -65,6 +67,7 @@ fn place(spec: &str) {
 fn main() {
     let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(40).max(1);
     let with_floor = std::env::var_os("NOFLOOR").is_none();
+    let gap_ns: u64 = std::env::var("GAP_NS").ok().and_then(|g| g.parse().ok()).unwrap_or(0);
     let device = Device::open(DeviceConfig::default().slots(4).latency_mode(true)).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     if let Ok(spec) = std::env::var("PIN") {
@@ -76,6 +79,12 @@ fn main() {
     for block in 0..=blocks {
         let mut call_ns: Vec<f64> = (0..PER_BLOCK)
             .map(|_| {
+                if gap_ns > 0 {
+                    let until = Instant::now() + Duration::from_nanos(gap_ns);
+                    while Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                }
                 let t0 = Instant::now();
                 device.call(0, &payload, T).expect("call");
                 t0.elapsed().as_nanos() as f64
