@@ -156,8 +156,9 @@ impl IdleBackoff {
     /// With `latency_mode`, the thread never parks: after spinning it yields, so work that arrives while it
     /// is idle costs no wake-up (and the thread keeps a core busy). While most of its recent yields were slow
     /// (the cores are busy with threads that do not yield: see [`crate::busy_cores`]) it waits as without.
-    /// Its spinning rounds are a single pause each (as many more rounds: the spinning lasts as long): the thread
-    /// has a core to itself by the mode's contract, and work that arrives waits half a round on average.
+    /// Its spinning rounds are a single pause each, and there are as many more of them (the spinning lasts at least
+    /// as long: a round's look for work is not shorter): the thread has a core to itself by the mode's contract,
+    /// and work that arrives waits half a round on average.
     pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
         match (self.never_park, latency_mode) {
             (false, true) => self.spin = self.spin.saturating_mul(pauses_per_spin()),
