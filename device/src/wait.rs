@@ -285,9 +285,9 @@ mod tests {
     }
 
     /// The latency mode spins in rounds of one pause, as many more of them as a round of the other threads has
-    /// pauses (the spinning lasts as long); turning it off again restores the rounds.
+    /// pauses (the spinning lasts at least as long); turning it off again restores the rounds.
     #[test]
-    fn the_latency_mode_spins_in_rounds_of_one_pause_for_as_long() {
+    fn the_latency_mode_spins_in_rounds_of_one_pause_and_as_many_more_rounds() {
         let normal = IdleBackoff::new(32, Duration::from_millis(1));
         let fast = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true);
         assert_eq!(fast.spin, 32 * pauses_per_spin());
