@@ -160,13 +160,18 @@ impl IdleBackoff {
     /// as long: a round's look for work is not shorter): the thread has a core to itself by the mode's contract,
     /// and work that arrives waits half a round on average.
     pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
-        match (self.never_park, latency_mode) {
-            (false, true) => self.spin = self.spin.saturating_mul(pauses_per_spin()),
-            (true, false) => self.spin /= pauses_per_spin(),
-            _ => {}
-        }
         self.never_park = latency_mode;
         self
+    }
+
+    /// The rounds that spin: `spin`, or in the latency mode as many more as a round of the other threads has
+    /// pauses (its rounds are one pause each).
+    fn spin_rounds(&self) -> u32 {
+        if self.never_park {
+            self.spin.saturating_mul(pauses_per_spin())
+        } else {
+            self.spin
+        }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -182,17 +187,18 @@ impl IdleBackoff {
     /// only if `pending()` finds no work (see [`Parker::park_unless`]).
     pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
-        if self.idle <= self.spin {
+        let spin = self.spin_rounds();
+        if self.idle <= spin {
             let pauses = if self.never_park { 1 } else { pauses_per_spin() };
             for _ in 0..pauses {
                 std::hint::spin_loop();
             }
         } else if self.never_park && !self.watch.cores_busy() {
             self.watch.timed_yield();
-        } else if self.idle <= self.spin.saturating_add(self.yields) {
+        } else if self.idle <= spin.saturating_add(self.yields) {
             std::thread::yield_now();
         } else {
-            let shift = (self.idle - self.spin - self.yields).min(16);
+            let shift = (self.idle - spin - self.yields).min(16);
             let timeout = Duration::from_micros(50u64 << shift).min(self.park_max);
             parker.park_unless(seen, timeout, pending);
         }
@@ -290,11 +296,16 @@ mod tests {
     fn the_latency_mode_spins_in_rounds_of_one_pause_and_as_many_more_rounds() {
         let normal = IdleBackoff::new(32, Duration::from_millis(1));
         let fast = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true);
-        assert_eq!(fast.spin, 32 * pauses_per_spin());
+        assert_eq!(fast.spin_rounds(), 32 * pauses_per_spin());
         assert!(fast.never_park && !normal.never_park);
-        assert_eq!(fast.latency_mode(true).spin, 32 * pauses_per_spin(), "turning it on twice changes nothing");
+        assert_eq!(normal.spin_rounds(), 32);
+        assert_eq!(
+            fast.latency_mode(true).spin_rounds(),
+            32 * pauses_per_spin(),
+            "turning it on twice changes nothing"
+        );
         let off = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true).latency_mode(false);
-        assert_eq!((off.spin, off.never_park), (32, false));
+        assert_eq!((off.spin_rounds(), off.never_park), (32, false));
     }
 
     /// Spins a pseudo-random 0..1024 rounds: moves the two threads' steps against each other, so the waker's
