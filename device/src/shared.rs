@@ -299,14 +299,16 @@ impl SharedGrid {
     }
 
     /// Bumps `host_seq` of `slot` after a write its actor must notice: an idle actor reads only that word, and
-    /// its next step is a full one. A read-modify-write between host threads (senders and fault injectors may
-    /// race); the device only loads the word.
+    /// its next step is a full one. Its writers (senders, fault injectors) hold the slot's lock, so it is a load
+    /// and a releasing store, not a read-modify-write (a locked instruction on every message's path); the device
+    /// only loads the word.
     fn bump_host_seq(&self, slot: u32) {
-        // SAFETY: aligned, host-owned field of a live control block; AtomicU32 has u32's layout, and every host
-        // access to the field is atomic.
-        let seq = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr_of_mut!((*self.block(slot)).host_seq)) };
-        crate::interleave::before_read_modify_write();
-        seq.fetch_add(1, Ordering::Release);
+        // SAFETY: aligned, host-owned field of a live control block, written by one host thread at a time (the
+        // caller's lock).
+        unsafe {
+            let seq = addr_of_mut!((*self.block(slot)).host_seq);
+            store_u32(seq, load_u32(seq, Ordering::Relaxed).wrapping_add(1), Ordering::Release)
+        }
     }
 
     /// The device's outbox tail of `slot` (one past the last published reply).
@@ -321,7 +323,8 @@ impl SharedGrid {
         unsafe { store_u32(addr_of_mut!((*self.block(slot)).outbox_head), head, Ordering::Release) }
     }
 
-    /// Writes the host-owned fault-injection fields of `slot` (flags first, then the sequence number).
+    /// Writes the host-owned fault-injection fields of `slot` (flags first, then the sequence number), and tells
+    /// the actor; the caller holds the slot's send lock.
     pub(crate) fn write_faults(&self, slot: u32, flags: u32, seq: u32) {
         let b = self.block(slot);
         // SAFETY: aligned, host-owned fields of a live control block.

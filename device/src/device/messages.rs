@@ -17,6 +17,26 @@ use crate::wait::{CallClock, Retry};
 /// Waits for a call's reply.
 pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
 
+thread_local! {
+    /// The waiter of this thread's last call, kept for its next one once nothing else holds it: a waiter was
+    /// allocated and freed on every call (about 8 ns of a 330 ns latency-mode call).
+    static SPARE_WAITER: std::cell::Cell<Option<CallWaiter>> = const { std::cell::Cell::new(None) };
+}
+
+/// A waiter for a new call: this thread's spare, or a new one.
+fn new_waiter() -> CallWaiter {
+    SPARE_WAITER.with(|spare| spare.take()).unwrap_or_else(|| Arc::new(Completion::new()))
+}
+
+/// Keeps `waiter`, its call over, as this thread's spare if no one else holds it (a poller that took it from
+/// the map to answer it may still), made new: nothing delivered, no permit, no sleeper.
+fn recycle_waiter(mut waiter: CallWaiter) {
+    if let Some(completion) = Arc::get_mut(&mut waiter) {
+        *completion = Completion::new();
+        SPARE_WAITER.with(|spare| spare.set(Some(waiter)));
+    }
+}
+
 impl Device {
     /// The largest payload this device takes: [`PAYLOAD_BYTES`], or its bulk areas' size
     /// ([`DeviceConfig::bulk_bytes`](crate::DeviceConfig#structfield.bulk_bytes)) when that is larger.
@@ -95,7 +115,9 @@ impl Device {
             Some(out) => Some(out),
             None => waiter.wait_blocking(clock.left()),
         };
-        self.finish_call(correlation, out)
+        let result = self.finish_call(correlation, out);
+        recycle_waiter(waiter);
+        result
     }
 
     /// Async form of [`Device::run_call`]: `start` is tried without waiting, and again after a short sleep
@@ -124,7 +146,9 @@ impl Device {
             Some(out) => Some(out),
             None => waiter.wait(clock.left()).await,
         };
-        self.finish_call(correlation, out)
+        let result = self.finish_call(correlation, out);
+        recycle_waiter(waiter);
+        result
     }
 
     /// Polls in the poller's place until the answer of the call `correlation` comes or a short while after the
@@ -240,7 +264,7 @@ impl Device {
         payload: &[u8],
         clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
-        let waiter = Arc::new(Completion::new());
+        let waiter = new_waiter();
         lock(&self.inner.calls).insert(correlation, waiter.clone());
         if let Err(e) = self.write_raw(slot, raw, payload, || clock.map(CallClock::deadline)) {
             lock(&self.inner.calls).remove(&correlation);

@@ -402,11 +402,17 @@ impl DeviceInner {
     /// Hands the reply `env` read from `slot`'s outbox to its call's waiter, or to `own` when it is the reply
     /// the caller reading the outbox waits for itself (its waiter leaves the map: nothing else answers it), or
     /// to [`Device::replies`](super::Device::replies) when no call waits for it.
+    ///
+    /// Runs under the poll state's lock (outboxes are read only by its holder), so its counters have one writer
+    /// at a time: a load and a store, not a read-modify-write (a locked instruction on every call's path).
     pub(super) fn deliver_reply(&self, slot: u32, env: Envelope, own: Option<&mut OwnReply>) {
-        self.counters.replies.fetch_add(1, Ordering::Relaxed);
+        let count = |counter: &std::sync::atomic::AtomicU64| {
+            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed)
+        };
+        count(&self.counters.replies);
         let reply = Reply::from_envelope(slot, env);
         if reply.is_error() {
-            self.counters.error_replies.fetch_add(1, Ordering::Relaxed);
+            count(&self.counters.error_replies);
         }
         let answer = |reply: Reply| match reply.payload() {
             Err(e) => Err(e),

@@ -9,6 +9,7 @@ mod sched;
 use crate::ffi;
 pub(crate) use sched::{Cost, Policy, Rng, Scheduler, Side};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 thread_local! {
@@ -16,9 +17,13 @@ thread_local! {
     static CURRENT: RefCell<Option<(Arc<Scheduler>, usize)>> = const { RefCell::new(None) };
 }
 
+/// Set once the simulator has run a thread in this process: until then no thread is one, and [`active`] answers
+/// without its thread-local look (every access of the shared region asks, a dozen times per call).
+static SIMULATING: AtomicBool = AtomicBool::new(false);
+
 /// Whether the calling thread is one the simulator runs (the shared-region layer then goes through it).
 pub(crate) fn active() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
+    SIMULATING.load(Ordering::Relaxed) && CURRENT.with(|c| c.borrow().is_some())
 }
 
 fn with_current<R>(f: impl FnOnce(&Scheduler, usize) -> R) -> Option<R> {
@@ -42,14 +47,6 @@ pub(crate) unsafe fn store(ptr: *mut u8, len: usize, value: u64, release: bool) 
     let what = if release { "release" } else { "store" };
     // SAFETY: the caller's guarantee.
     with_current(|s, me| unsafe { s.store(me, what, ptr, len, value, release) });
-}
-
-/// A point before a read-modify-write of the host's layer, which the caller then makes (it is never pending).
-pub(crate) fn before_read_modify_write() {
-    with_current(|s, me| {
-        s.point(me, "rmw", Cost::Shared);
-        s.release(me);
-    });
 }
 
 /// A copy of `len` bytes out of the shared region by the host's layer (a record the other side published).
@@ -153,6 +150,8 @@ pub(crate) fn install_hook() {
 
 /// Makes the calling thread simulated thread `me` of `sched` (the device code's points included).
 pub(crate) fn enter(sched: &Arc<Scheduler>, me: usize) {
+    // before the thread-local: a thread that sees it unset is not this one (it asks from its own thread)
+    SIMULATING.store(true, Ordering::Relaxed);
     CURRENT.with(|c| *c.borrow_mut() = Some((sched.clone(), me)));
 }
 
