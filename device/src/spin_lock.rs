@@ -37,6 +37,11 @@ pub(crate) struct SpinGuard<'a, T> {
 }
 
 impl<T> SpinLock<T> {
+    /// A lock, not held, around `value`.
+    pub(crate) const fn new(value: T) -> Self {
+        Self { held: AtomicBool::new(false), value: UnsafeCell::new(value) }
+    }
+
     /// Takes the lock, waiting for its holder (spinning, then yielding, then napping).
     pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
         let mut round = 0u32;

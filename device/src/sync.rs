@@ -14,15 +14,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Locks `m` if no one holds it now (poisoning ignored, as by [`lock`]); `None` while another thread does.
-pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
-
 /// A value on cache lines of its own: a word one thread writes all the time (a worker's lock of block 0, the
 /// replies flag), kept off the line of the words other threads only read (128 bytes: a line and the adjacent one
 /// that x86's spatial prefetcher fetches with it).

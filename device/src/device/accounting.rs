@@ -108,7 +108,7 @@ impl Device {
 
     /// Whether `slot` is quarantined.
     pub fn is_quarantined(&self, slot: u32) -> bool {
-        slot < self.slot_count() && lock(&self.inner.slots[slot as usize]).quarantined
+        slot < self.slot_count() && self.inner.slots[slot as usize].lock().quarantined
     }
 }
 
@@ -137,7 +137,7 @@ impl DeviceInner {
         tracing::debug!(slot = event.slot, kind = ?event.kind, generation = event.generation, code = ?event.code, "device event");
         let mut undelivered = Vec::new();
         if event.slot < self.grid.slot_count() {
-            let mut host = lock(&self.slots[event.slot as usize]);
+            let mut host = self.slots[event.slot as usize].lock();
             let pending_matches = host.pending.as_ref().is_some_and(|p| p.cmd_id == event.cmd_id && event.cmd_id != 0);
             match event.kind {
                 EventKind::Created | EventKind::Restarted | EventKind::CreateFailed => {
@@ -336,7 +336,7 @@ impl DeviceInner {
     /// `kind` per slot that was ever used.
     pub(super) fn hand_back_all_queues(&self, kind: EventKind, reason: UndeliveredReason) {
         for slot in 0..self.grid.slot_count() {
-            let mut host = lock(&self.slots[slot as usize]);
+            let mut host = self.slots[slot as usize].lock();
             let live = !matches!(host.state, SlotState::Dormant) || host.tail != host.reported_until;
             let event = self.hand_back_queue(&mut host, slot, kind, reason);
             drop(host);
@@ -348,7 +348,7 @@ impl DeviceInner {
 
     /// Host-side quarantine of a slot (see [`Device::quarantine`]).
     pub(super) fn quarantine(&self, slot: u32) {
-        let mut host = lock(&self.slots[slot as usize]);
+        let mut host = self.slots[slot as usize].lock();
         if host.quarantined {
             return;
         }
@@ -375,7 +375,7 @@ impl DeviceInner {
                 _ => &self.counters.left_in_inbox,
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            if let Some(w) = lock(&self.calls).remove(&u.envelope.correlation) {
+            if let Some(w) = self.calls.lock().remove(&u.envelope.correlation) {
                 w.complete(Err(DeviceError::Undelivered { slot: u.slot, generation: u.generation, reason: u.reason }));
             }
         }

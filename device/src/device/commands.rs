@@ -197,7 +197,7 @@ impl Device {
         }
         let inner = &self.inner;
         let cmd_id = inner.next_cmd_id.fetch_add(1, Ordering::Relaxed);
-        let mut host = lock(&inner.slots[req.slot as usize]);
+        let mut host = inner.slots[req.slot as usize].lock();
         if host.quarantined {
             return Err(DeviceError::Quarantined { slot: req.slot });
         }

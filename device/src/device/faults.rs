@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use super::Device;
 use crate::error::DeviceError;
 use crate::layout::*;
-use crate::sync::lock;
 
 /// A fault aimed at a slot number through [`Device::inject`](crate::Device::inject), carried out by the
 /// device code through the slot's control block. To aim a fault at a supervised child by its registry name
@@ -45,7 +44,7 @@ impl Device {
     pub fn inject(&self, slot: u32, fault: SlotFault) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
-        let mut host = lock(&self.inner.slots[slot as usize]);
+        let mut host = self.inner.slots[slot as usize].lock();
         let before = (host.fault_flags, host.fault_seq);
         match fault {
             SlotFault::CrashNextMessage => {

@@ -13,7 +13,6 @@ use super::Device;
 use crate::codes::SlotState;
 use crate::error::DeviceError;
 use crate::ring;
-use crate::sync::lock;
 
 impl Device {
     /// Grants block 0 a restart in place of `slot`'s current incarnation if it fails (`granted`), or
@@ -23,7 +22,7 @@ impl Device {
     pub fn set_restart_grant(&self, slot: u32, granted: bool) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
-        let host = lock(&self.inner.slots[slot as usize]);
+        let host = self.inner.slots[slot as usize].lock();
         let generation = if granted && host.state == SlotState::Active { host.generation } else { 0 };
         self.inner.grid.write_restart_grant(slot, generation);
         Ok(())
@@ -37,7 +36,7 @@ impl Device {
     pub fn set_restart_grant_for(&self, slot: u32, generation: u32) -> Result<(), DeviceError> {
         self.check_open()?;
         self.check_slot(slot)?;
-        let host = lock(&self.inner.slots[slot as usize]);
+        let host = self.inner.slots[slot as usize].lock();
         let known = host.state == SlotState::Active && host.generation == generation;
         self.inner.grid.write_restart_grant(slot, if known { generation } else { 0 });
         Ok(())
@@ -52,7 +51,7 @@ impl Device {
         if slot >= self.slot_count() {
             return None;
         }
-        let mut host = lock(&self.inner.slots[slot as usize]);
+        let mut host = self.inner.slots[slot as usize].lock();
         self.drop_stale_grant(&mut host);
         let (cmd_id, completion) = host.granted.take()?;
         Some(PendingCommand::new(cmd_id, slot, completion, Arc::downgrade(&self.inner)))
@@ -63,7 +62,7 @@ impl Device {
         if slot >= self.slot_count() {
             return false;
         }
-        let mut host = lock(&self.inner.slots[slot as usize]);
+        let mut host = self.inner.slots[slot as usize].lock();
         self.drop_stale_grant(&mut host);
         host.granted.is_some()
     }

@@ -59,7 +59,7 @@ impl Device {
     /// For a device its owner gives up on while it still answers (too many quarantined slots). A device
     /// already lost or shut down is left as it is.
     pub fn retire(&self, cause: impl Into<String>) {
-        let mut st = lock(&self.inner.poll);
+        let mut st = self.inner.poll.lock();
         self.inner.declare_lost(&mut st, cause.into());
     }
 
@@ -160,7 +160,7 @@ impl DeviceInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let mut st = lock(&self.poll);
+        let mut st = self.poll.lock();
         self.stop_executor(&mut st, EventKind::DeviceStopped, UndeliveredReason::LeftInInbox, DeviceError::Closed);
         tracing::info!("device shut down");
     }
@@ -171,7 +171,7 @@ impl DeviceInner {
         for (_, w) in lock(&self.commands).drain() {
             w.complete(Err(error.clone()));
         }
-        for (_, w) in lock(&self.calls).drain() {
+        for (_, w) in self.calls.lock().drain() {
             w.complete(Err(error.clone()));
         }
         self.close_subscribers();

@@ -14,7 +14,6 @@ use crate::layout::{RawBulkRef, RawEnvelope};
 use crate::message::PAYLOAD_BYTES;
 use crate::ring;
 use crate::shared::SharedGrid;
-use crate::sync::lock;
 
 /// The lowest inbox index still in use: a restart's reclaim floor if one is pending, else the device's
 /// consumer index, read again when the cached one leaves no room (or when `fresh`). After a restart block 0
@@ -74,7 +73,7 @@ impl DeviceInner {
         mut envelope: impl FnMut(&[u8]) -> RawEnvelope,
         count: impl FnOnce(usize),
     ) -> Result<usize, DeviceError> {
-        let mut host = lock(&self.slots[slot as usize]);
+        let mut host = self.slots[slot as usize].lock();
         if !host.accepting {
             return Err(self.refusal(&host, slot));
         }

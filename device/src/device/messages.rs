@@ -11,7 +11,7 @@ use crate::clock::deadline_after;
 use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
-use crate::sync::{lock, Completion};
+use crate::sync::Completion;
 use crate::wait::{CallClock, Retry};
 
 /// Waits for a call's reply.
@@ -265,9 +265,9 @@ impl Device {
         clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         let waiter = new_waiter();
-        lock(&self.inner.calls).insert(correlation, waiter.clone());
+        self.inner.calls.lock().insert(correlation, waiter.clone());
         if let Err(e) = self.write_raw(slot, raw, payload, || clock.map(CallClock::deadline)) {
-            lock(&self.inner.calls).remove(&correlation);
+            self.inner.calls.lock().remove(&correlation);
             return Err(e);
         }
         Ok((correlation, waiter))
@@ -282,7 +282,7 @@ impl Device {
             Some(r) => r,
             None => {
                 // A reply that arrives later goes to `replies()`.
-                lock(&self.inner.calls).remove(&correlation);
+                self.inner.calls.lock().remove(&correlation);
                 self.check_open()?;
                 Err(DeviceError::Timeout)
             }

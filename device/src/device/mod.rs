@@ -73,6 +73,7 @@ use crate::error::DeviceError;
 use crate::event::SlotEvent;
 use crate::message::Reply;
 use crate::shared::SharedGrid;
+use crate::spin_lock::SpinLock;
 use crate::sync::{Completion, Stream};
 
 /// Waits for a command's outcome.
@@ -84,19 +85,19 @@ pub(crate) struct DeviceInner {
     grid: SharedGrid,
     executor: Box<dyn Executor>,
     behaviours: BehaviourSet,
-    slots: Box<[Mutex<SlotHost>]>,
+    slots: Box<[SpinLock<SlotHost>]>,
     command_tail: Mutex<u32>,
     command_timeout: Duration,
     next_cmd_id: AtomicU64,
     next_correlation: AtomicU64,
     commands: Mutex<IdMap<CommandWaiter>>,
-    calls: Mutex<IdMap<CallWaiter>>,
+    calls: SpinLock<IdMap<CallWaiter>>,
     replies: Stream<Reply>,
     subscribers: Mutex<Subscribers>,
     poller_bell: Arc<poll::PollerBell>,
     /// The poller's read positions. The poller thread holds the lock while it polls; a thread waiting for
     /// a reply may poll in its place when the lock is free (`poll_assist`), saving a thread hand-off.
-    poll: Mutex<PollState>,
+    poll: SpinLock<PollState>,
     closed: AtomicBool,
     /// Declared lost (implies `closed`).
     lost: AtomicBool,
@@ -168,7 +169,7 @@ impl Device {
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
         // alive for as long as it lives; DeviceInner owns the executor.
         let grid = unsafe { SharedGrid::new(executor.shared_base()) };
-        let slots = (0..config.slots).map(|_| Mutex::new(SlotHost::dormant())).collect();
+        let slots = (0..config.slots).map(|_| SpinLock::new(SlotHost::dormant())).collect();
         tracing::info!(slots = config.slots, backend = %executor.describe(), "device open");
         let inner = Arc::new(DeviceInner {
             grid,
@@ -180,11 +181,11 @@ impl Device {
             next_cmd_id: AtomicU64::new(1),
             next_correlation: AtomicU64::new(1),
             commands: Mutex::new(IdMap::default()),
-            calls: Mutex::new(IdMap::default()),
+            calls: SpinLock::new(IdMap::default()),
             replies: Stream::new(),
             subscribers: Mutex::new(Subscribers::default()),
             poller_bell,
-            poll: Mutex::new(PollState {
+            poll: SpinLock::new(PollState {
                 sweep: Vec::new(),
                 outbox_heads: vec![0; config.slots as usize],
                 held: Vec::new(),

@@ -14,7 +14,7 @@ use crate::error::DeviceError;
 use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
-use crate::sync::{lock, try_lock, Completion};
+use crate::sync::Completion;
 use crate::thread_slice::LentSlice;
 use crate::wait::{CallClock, HostThreads, IdleBackoff, Parker};
 
@@ -145,7 +145,7 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
             // for it. Blocked on the lock, it would be woken by that caller's unlock, a system call on the call's
             // path (seen in a latency-mode call loop's profile). The round counts as idle: the caller reads what
             // it holds the state for, and its end of polling wakes the poller for what was held back.
-            let work = match try_lock(&d.poll) {
+            let work = match d.poll.try_lock() {
                 Some(mut st) => {
                     let st = &mut *st;
                     let work = d.poll_once(st);
@@ -269,7 +269,7 @@ impl DeviceInner {
 
     /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
     pub(super) fn poll_assist(&self) {
-        if let Some(mut st) = try_lock(&self.poll) {
+        if let Some(mut st) = self.poll.try_lock() {
             self.poll_once(&mut st);
         }
     }
@@ -279,7 +279,7 @@ impl DeviceInner {
     /// executor's word on which slots have replies (what that word says stays for the next whole poll, which
     /// finds the outbox read). `None` when someone else is polling (they deliver what they read).
     fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
-        let mut st = try_lock(&self.poll)?;
+        let mut st = self.poll.try_lock()?;
         let st = &mut *st;
         st.sweep.clear();
         self.read_events(&mut st.event_head, &mut st.sweep);
@@ -418,7 +418,7 @@ impl DeviceInner {
             Err(e) => Err(e),
             Ok(_) => Ok(reply),
         };
-        let waiter = lock(&self.calls).remove(&reply.correlation);
+        let waiter = self.calls.lock().remove(&reply.correlation);
         match (own, waiter) {
             (Some(own), Some(_)) if own.correlation == reply.correlation => own.answer = Some(answer(reply)),
             (_, Some(w)) => w.complete(answer(reply)),

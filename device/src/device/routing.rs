@@ -23,7 +23,6 @@ use crate::layout::{
     RawEnvelope, RV_FLAG_BULK, RV_FLAG_NO_REPLY, RV_KIND_K2K, RV_MAX_ROUTED_DEVICES, RV_PAYLOAD_BYTES, RV_ROUTED_BIT,
 };
 use crate::message::{routed_address, split_routed_address, Envelope};
-use crate::sync::lock;
 
 /// How long a routed message waits for room in its target's inbox by default.
 pub const DEFAULT_HOLD_LIMIT: Duration = Duration::from_secs(1);
@@ -193,22 +192,22 @@ impl DeviceInner {
         // A forwarded call: the caller waiting here is answered by the target's reply, which the target's
         // poller matches by a correlation id of the target device's own.
         let forwarded = (delivered.flags & RV_FLAG_NO_REPLY as u8 == 0)
-            .then(|| lock(&self.calls).get(&raw.correlation).cloned())
+            .then(|| self.calls.lock().get(&raw.correlation).cloned())
             .flatten();
         delivered.correlation = target.next_correlation.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = &forwarded {
-            lock(&target.calls).insert(delivered.correlation, w.clone());
+            target.calls.lock().insert(delivered.correlation, w.clone());
         }
         match target.deliver_routed(to_slot, delivered, &self.counters.routed_out) {
             Ok(()) => {
                 if forwarded.is_some() {
-                    lock(&self.calls).remove(&raw.correlation);
+                    self.calls.lock().remove(&raw.correlation);
                 }
                 RouteStep::Done
             }
             Err(e) => {
                 if forwarded.is_some() {
-                    lock(&target.calls).remove(&delivered.correlation);
+                    target.calls.lock().remove(&delivered.correlation);
                 }
                 let reason = match e {
                     DeviceError::InboxFull { .. } => {
@@ -247,7 +246,7 @@ impl DeviceInner {
             None => tracing::warn!(slot, to_device, to_slot, reason = reason.label(), "routed message not delivered"),
         }
         if raw.flags & RV_FLAG_NO_REPLY as u8 == 0 {
-            if let Some(w) = lock(&self.calls).remove(&raw.correlation) {
+            if let Some(w) = self.calls.lock().remove(&raw.correlation) {
                 w.complete(Err(DeviceError::Unroutable { device: to_device, slot: to_slot, reason }));
             }
         }

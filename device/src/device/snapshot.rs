@@ -6,7 +6,6 @@ use super::Device;
 use crate::behaviour::BehaviourId;
 use crate::codes::{DeviceCode, SlotState};
 use crate::error::DeviceError;
-use crate::sync::lock;
 
 /// A copy of a slot's control block, read field by field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,7 +119,7 @@ impl Device {
     /// The generation and state of `slot` as the host last learned them from events.
     pub fn host_view(&self, slot: u32) -> Result<(u32, SlotState), DeviceError> {
         self.check_slot(slot)?;
-        let host = lock(&self.inner.slots[slot as usize]);
+        let host = self.inner.slots[slot as usize].lock();
         Ok((host.generation, host.state))
     }
 
@@ -129,7 +128,7 @@ impl Device {
         let c = &self.inner.counters;
         let (hb, cmds, _) = self.inner.grid.block0_counters();
         DeviceStats {
-            messages_sent: self.inner.slots.iter().map(|s| lock(s).sent).sum(),
+            messages_sent: self.inner.slots.iter().map(|s| s.lock().sent).sum(),
             replies: c.replies.load(Ordering::Relaxed),
             error_replies: c.error_replies.load(Ordering::Relaxed),
             undelivered_left_in_inbox: c.left_in_inbox.load(Ordering::Relaxed),
