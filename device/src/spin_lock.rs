@@ -1,5 +1,6 @@
 //! [`SpinLock`]: a lock for data its holders keep for a few instructions, where the lock itself is the cost
-//! (a coalescing sender's buffer, taken once per message).
+//! (a coalescing sender's buffer, taken once per message; a device's calls map, poll state and slots' send
+//! state, each taken once or twice per call).
 //!
 //! std's `Mutex` pays two read-modify-writes per use (the exchange that takes it and the swap that releases it,
 //! which reads whether a thread sleeps on it); this one pays one: it is released with a plain store, because no
