@@ -383,3 +383,29 @@ impl DeviceInner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter comes back for the thread's next call only when nothing else holds it, and then with nothing
+    /// delivered: a reply left in it would answer the next call.
+    #[test]
+    fn a_recycled_waiter_is_reused_only_when_unshared_and_starts_empty() {
+        let first = new_waiter();
+        first.complete(Err(DeviceError::Timeout));
+        let address = Arc::as_ptr(&first);
+        recycle_waiter(first);
+        let second = new_waiter();
+        assert_eq!(Arc::as_ptr(&second), address, "the spare is reused");
+        assert!(second.try_take().is_none(), "a reused waiter holds no earlier answer");
+
+        // held elsewhere (a poller answering it): not kept, the next call gets a waiter of its own
+        let held = second.clone();
+        recycle_waiter(second);
+        let third = new_waiter();
+        assert_ne!(Arc::as_ptr(&third), Arc::as_ptr(&held), "a waiter someone holds is not reused");
+        held.complete(Err(DeviceError::Timeout));
+        assert!(third.try_take().is_none(), "the shared waiter's answer does not reach the new call");
+    }
+}
