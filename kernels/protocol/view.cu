@@ -129,13 +129,17 @@ RV_FN uint64_t rv_hlc_next(uint64_t local, uint64_t remote, uint64_t now_ns) {
 
 /* Whoever gives `slot` work (block 0, a kernel-to-kernel sender; the host through rv_cpu_mark_work) marks it in
  * the run set after publishing the work: the word's bit, then the summary's. The runner of a word clears the
- * summary bit before it takes the word's bits, and both before its steps read anything, so no mark is lost.
- * Without a run set (CUDA: every block sweeps its slots) nothing is done. */
-RV_FN void rv_mark_work(const rv_grid_view *g, uint32_t slot) {
-    if (g->work == 0) return;
+ * summary bit before it takes the word's bits, and both before its steps read anything, so no mark is lost. A
+ * marker that finds the bit set already skips the summary: whoever set the bit sets the summary after it, and a
+ * runner that cleared the summary sets it again while bits are left in the word (rv_cpu_take_one_marked).
+ * Returns 1 if this call set the bit. Without a run set (CUDA: every block sweeps its slots) nothing is done. */
+RV_FN uint32_t rv_mark_work(const rv_grid_view *g, uint32_t slot) {
+    if (g->work == 0) return 0;
     uint32_t word = slot >> 5;
-    rv_fetch_or_u32(&g->work[word], 1u << (slot & 31u));
+    uint32_t bit = 1u << (slot & 31u);
+    if (rv_fetch_or_u32(&g->work[word], bit) & bit) return 0;
     rv_fetch_or_u32(&g->work_summary[word >> 5], 1u << (word & 31u));
+    return 1;
 }
 
 /* Words of the attention bitmap: one bit per slot. A summary follows them in the same area, one bit per word
