@@ -207,10 +207,11 @@ typedef struct RV_ALIGN(64) rv_control_block {
     uint8_t device_reserved[24];
 
     /* line 3: host-written ring indices. */
-    uint32_t inbox_tail;  /* producer of the inbox: the host */
-    uint32_t outbox_head; /* consumer of the outbox: the host */
-    uint32_t host_seq;    /* the host bumps it (release) after every write the actor must notice: a message
-                           * published, a fault injected. An idle actor reads only this word. */
+    uint32_t inbox_tail; /* producer of the inbox: the host */
+    uint32_t host_seq;   /* the host bumps it (release) after every write the actor must notice: a message
+                          * published, a fault injected. The actor's step reads it with the inbox tail, in one
+                          * 64-bit load (an idle step reads nothing else). */
+    uint32_t outbox_head;      /* consumer of the outbox: the host */
     uint32_t outbox_bulk_head; /* consumer of the outbox's bulk area: the host (bytes, free-running) */
     uint8_t host_index_reserved[48];
 } rv_control_block;
@@ -344,7 +345,7 @@ typedef struct RV_ALIGN(64) rv_keeper_record {
 } rv_keeper_record;
 
 /* The actor's own record of a slot (local region, written only by the block that runs the slot): what its last
- * full step saw, so an idle step reads one shared word (host_seq) and returns. */
+ * full step saw, so an idle step reads one shared word (host_seq, with the inbox tail) and returns. */
 typedef struct RV_ALIGN(64) rv_actor_record {
     uint32_t seen_host_seq;   /* host_seq when the last full step began */
     uint32_t seen_device_seq; /* device_seq when the last full step began */
@@ -410,6 +411,9 @@ RV_STATIC_ASSERT(RV_OFFSETOF(rv_grid_header, terminate) % 8 == 0 &&
 RV_STATIC_ASSERT(RV_OFFSETOF(rv_control_block, inbox_head) % 8 == 0 &&
                      RV_OFFSETOF(rv_control_block, outbox_tail) == RV_OFFSETOF(rv_control_block, inbox_head) + 4,
                  "inbox_head and outbox_tail are published with one 64-bit store (little-endian: inbox_head low)");
+RV_STATIC_ASSERT(RV_OFFSETOF(rv_control_block, inbox_tail) % 8 == 0 &&
+                     RV_OFFSETOF(rv_control_block, host_seq) == RV_OFFSETOF(rv_control_block, inbox_tail) + 4,
+                 "inbox_tail and host_seq are read with one 64-bit load (little-endian: inbox_tail low)");
 RV_STATIC_ASSERT(sizeof(rv_actor_record) == 128, "actor record is 128 bytes");
 RV_STATIC_ASSERT(sizeof(rv_keeper_record) == 320, "keeper record is 320 bytes");
 RV_STATIC_ASSERT(sizeof(rv_k2k_meta) == 128, "k2k meta is 128 bytes");

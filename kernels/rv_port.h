@@ -380,6 +380,22 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
 __device__ __noinline__ static void rv_copy16_from_host(void *dst, const void *src, uint32_t units) {
     RV_COPY16_BATCHED("ld.volatile", dst, src, units)
 }
+/* Three relaxed system-scope loads and a copy out of a host cell (at most RV_LOADS_IN_FLIGHT units, as
+ * rv_copy16_from_host's), every load issued before the first result is used: across PCIe one round trip for
+ * all, where the words and then the cell cost two (a thread waits at the first use of a load in flight, and
+ * ptxas may wait for all of them at a call). */
+__device__ __noinline__ static void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a,
+                                                                  const uint32_t *b, const uint32_t *c, void *dst,
+                                                                  const void *src, uint32_t units) {
+    uint32_t x, y, z;
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(x) : "l"(a) : "memory");
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(y) : "l"(b) : "memory");
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(z) : "l"(c) : "memory");
+    RV_COPY16_BATCHED("ld.volatile", dst, src, units)
+    words[0] = x;
+    words[1] = y;
+    words[2] = z;
+}
 #else
 /* memcpy/memset: no aliasing assumptions about the structs they move (a cast to a 16-byte struct type would
  * let the compiler drop the stores that built the source), and 16-byte moves for aligned data. */
@@ -400,6 +416,18 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
     __builtin_memset(dst, 0, 16ull * units);
 }
 RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
+/* As on the GPU: three relaxed loads and a cell's copy, one round trip for the batch in the emulated driver's cost
+ * model (each load is counted). */
+RV_FN void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a, const uint32_t *b, const uint32_t *c,
+                                         void *dst, const void *src, uint32_t units) {
+    uint32_t latency = rv_host_sys_latency_ns;
+    words[0] = rv_load_relaxed_u32(a);
+    rv_host_sys_latency_ns = 0; /* issued with the first: their round trips overlap its */
+    words[1] = rv_load_relaxed_u32(b);
+    words[2] = rv_load_relaxed_u32(c);
+    rv_host_sys_latency_ns = latency;
+    rv_copy16_from_host(dst, src, units);
+}
 #endif
 
 /* Plain byte copies (no libc on the device). */

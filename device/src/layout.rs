@@ -205,8 +205,8 @@ pub struct RawControlBlock {
     pub device_reserved: [u8; 24],
     // line 3: host-written indices
     pub inbox_tail: u32,
-    pub outbox_head: u32,
     pub host_seq: u32,
+    pub outbox_head: u32,
     pub outbox_bulk_head: u32,
     pub host_index_reserved: [u8; 48],
 }

@@ -128,3 +128,39 @@ fn the_resource_report_parser_reads_ptxas_output() {
                ptxas info    : Used 40 registers, 360 bytes cmem[0]\n";
     assert_eq!(usage_of(log, "k"), Some((40, 256, 8, 4)));
 }
+
+/// The body of the PTX function whose name contains `name` (its definition, not a prototype).
+fn ptx_function_body<'a>(ptx: &'a str, name: &str) -> Option<&'a str> {
+    let mut from = 0;
+    while let Some(at) = ptx[from..].find(name).map(|i| i + from) {
+        let rest = &ptx[at..];
+        let (semicolon, brace) = (rest.find(';'), rest.find('{'));
+        if let Some(open) = brace.filter(|&b| semicolon.is_none_or(|s| b < s)) {
+            let close = rest[open..].find("\n}")? + open;
+            return Some(&rest[open..close]);
+        }
+        from = at + name.len();
+    }
+    None
+}
+
+/// An actor's step reads its control words (the device's fault word, its fault bits, its state) and the first
+/// envelope of its inbox in one batch: on a GPU each load a thread depends on waits out a PCIe round trip, and
+/// loads issued before any of their results is used overlap. In the compiled batch every load of the shared
+/// region comes before the first store.
+#[test]
+fn the_steps_words_and_first_envelope_are_loaded_before_any_is_used() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let program = cuda_source::program(&behaviours()).unwrap();
+    let ptx = nvrtc::compile(&program, "ringvisor.cu", 8, 0, nvrtc::Output::Ptx).unwrap();
+    let ptx = String::from_utf8_lossy(&ptx);
+    let body = ptx_function_body(&ptx, "rv_load3_and_copy16_from_host").expect("the batch is a function of its own");
+    let lines: Vec<&str> = body.lines().map(str::trim).collect();
+    let at = |prefix: &str| -> Vec<usize> { (0..lines.len()).filter(|&i| lines[i].starts_with(prefix)).collect() };
+    let (words, cell) = (at("ld.relaxed.sys.u32"), at("ld.volatile"));
+    assert_eq!((words.len(), cell.len()), (3, 8), "three words and eight 16-byte units:\n{body}");
+    let first_store = *at("st.").first().expect("the batch stores what it read");
+    assert!(words.iter().chain(&cell).all(|&l| l < first_store), "a load after the first store:\n{body}");
+}

@@ -108,6 +108,13 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     (
         "actor",
         Side::C,
+        &["rv_read_step_words"],
+        "the step's words and first envelope read in one batch of loads (one PCIe round trip on a GPU); WGSL reads \
+         them where it uses them, from device memory",
+    ),
+    (
+        "actor",
+        Side::C,
         &["rv_actor_cache_load", "rv_keep_hlc"],
         "the actor's local copies of its control block's fields (C: the control block is across PCIe on a GPU; \
          WGSL's shared region is device memory)",

@@ -195,12 +195,38 @@ RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_bl
     return RV_STEP_PROGRESS | RV_STEP_ATTENTION;
 }
 
+/* What an actor's step reads after the inbox tail: the device's fault word, the slot's fault bits and its state,
+ * with relaxed loads, and the message at `head` when `tail` is past it (into `first`; returns whether it did).
+ * On a GPU all their loads are issued together, one PCIe round trip where the words and then the envelope cost
+ * two. The tail's acquire orders them after it, so a message seen is seen with every fault injected before it
+ * was sent; nothing read later relies on an acquire of theirs (an init synchronises on block 0's pending_op,
+ * the running states are the actor's own writes, a one-shot fault's sequence number is read with acquire). The
+ * cell at `head` is the host's until the actor consumes it: it holds the message the tail published. */
+RV_FN int rv_read_step_words(const rv_grid_view *g, uint32_t slot, rv_control_block *cb, uint32_t head,
+                             uint32_t tail, uint32_t words[3], rv_envelope *first) {
+    uint32_t units = tail != head ? (uint32_t)(sizeof(rv_envelope) / 16) : 0u;
+    rv_load3_and_copy16_from_host(words, &g->header->device_faults, &cb->fault_flags, &cb->state, first,
+                                  rv_inbox_cell(g, slot, head), units);
+    return units != 0;
+}
+
 RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
     if (slot >= g->slot_count) return 0;
     rv_control_block *cb = &g->blocks[slot];
     rv_actor_record *ar = &g->actors[slot];
-    /* Both sequence numbers first: whatever is published after they are read makes the next step a full one. */
-    uint32_t host_seq = rv_load_acquire_u32(&cb->host_seq);
+    const uint32_t *device_faults = &g->header->device_faults;
+    const uint32_t stops = RV_DEVICE_STALL | RV_DEVICE_HALT; /* an injected device stall or halt: do nothing */
+    /* The defects the simulator must find (reading a fault word before the tail) read it first. */
+    uint32_t faults = 0;
+    if (RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
+    if (RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
+    /* host_seq and the inbox tail, adjacent, in one 64-bit acquire load: one PCIe round trip on a GPU where the
+     * two acquires cost two. The host publishes the tail before it bumps host_seq, so a message whose bump this
+     * step sees is below this tail. Both sequence numbers first: whatever is published after they are read makes
+     * the next step a full one. */
+    uint64_t tail_and_seq = rv_load_acquire_u64((const uint64_t *)&cb->inbox_tail);
+    uint32_t tail = (uint32_t)tail_and_seq;
+    uint32_t host_seq = (uint32_t)(tail_and_seq >> 32);
     uint32_t device_seq = rv_load_acquire_dev_u32(&g->keepers[slot].device_seq);
     if (rv_actor_idle(g, cb, ar, slot, host_seq, device_seq)) return 0;
     /* A traced message's first stamp, the step's start: taken where a clock read is cheap (a GPU's timer), and on
@@ -211,26 +237,15 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     ar->quiet = RV_QUIET_NO;
     ar->seen_host_seq = host_seq;
     ar->seen_device_seq = device_seq;
-    /* The inbox tail before the fault words, the device's and the slot's: the host writes a fault before the
-     * messages it sends after it, so a message seen here is seen with every fault injected before it was sent
-     * (the device's word too: the simulator found a message sent into a device stall processed when it was read
-     * first). All after host_seq: a message whose host_seq bump this step saw is below this tail. */
-    uint32_t faults = 0;
-    if (RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_acquire_u32(&cb->fault_flags);
-    const uint32_t *device_faults = &g->header->device_faults;
-    const uint32_t stops = RV_DEVICE_STALL | RV_DEVICE_HALT; /* an injected device stall or halt: do nothing */
-    if (RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) && (rv_load_acquire_u32(device_faults) & stops)) return 0;
-    uint32_t tail = rv_load_acquire_u32(&cb->inbox_tail);
-    /* After the tail's acquire, the fault words and the state are read with relaxed loads issued together: on a
-     * GPU one PCIe round trip for the three, where an acquire load each cost one round trip apiece (an acquire
-     * waits for its answer before the next load issues). The tail's acquire orders them after it; nothing read
-     * later relies on an acquire of theirs: an init synchronises on block 0's pending_op (rv_actor_init), the
-     * running states are the actor's own writes, and a one-shot fault's sequence number is read with acquire. */
-    /* (no value used before the last load is issued: a GPU thread stalls at the first use of a load in flight) */
-    uint32_t dev_faults = 0;
-    if (!RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL)) dev_faults = rv_load_relaxed_u32(device_faults);
-    if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = rv_load_relaxed_u32(&cb->fault_flags);
-    uint32_t state = rv_load_relaxed_u32(&cb->state);
+    /* The fault words after the tail (the device's too: the simulator found a message sent into a device stall
+     * processed when it was read first), with the state and the first message. */
+    rv_envelope copy; /* the host's cell being handled, read once with 16-byte loads; the behaviour reads the copy */
+    uint32_t words[3];
+    const uint32_t first_head = ar->inbox_head;
+    int first_read = rv_read_step_words(g, slot, cb, first_head, tail, words, &copy);
+    uint32_t dev_faults = RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) ? 0u : words[0];
+    if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = words[1];
+    uint32_t state = words[2];
     if (dev_faults & stops) return 0;
     /* A wedged actor is stuck inside its behaviour: it acknowledges nothing, not even a kill. */
     if (faults & RV_FAULT_WEDGE) return 0;
@@ -319,12 +334,12 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
         }
     }
 
-    /* Host inbox. */
+    /* Host inbox. The first message was read with the step's words, unless a request moved the head since. */
+    int copied = first_read && head == first_head;
     while (!stalled && done < budget && head != limit) {
         if (!rv_outbox_has_room(g, cb, ar)) break;
-        /* The host's cell, read once with 16-byte loads (on a GPU it is across PCIe); the behaviour reads the copy. */
-        rv_envelope copy;
-        rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
+        if (!copied) rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
+        copied = 0;
         const rv_envelope *msg = &copy;
         uint64_t read_ns = 0;
         if (msg->flags & RV_FLAG_TRACE) {
