@@ -29,12 +29,6 @@ RV_FN int rv_pause_withdraw(const rv_grid_view *v, uint32_t target) {
     return 1;
 }
 
-/* How often a block reads the host's flags (terminate, pause, the device faults): every this many sweeps of its
- * slots. On a GPU each read of mapped memory spends a budget the whole device shares (small reads saturate at about
- * 2.2 million a second on an H200, docs/benchmarks.md), and an idle block's every sweep once read twice, the flags
- * and its slots' host_seq: a message waited for both. A pause or a halt is seen within this many sweeps. */
-#define RV_FLAGS_EVERY 4u
-
 /* One idle pause of a block: 32 ns after work, doubling up to `max_ns` while the block stays idle. */
 RV_FN void rv_idle_pause(uint32_t *backoff_ns, uint32_t max_ns) {
     *backoff_ns = *backoff_ns == 0 ? 32 : (*backoff_ns < max_ns ? *backoff_ns * 2 : max_ns);
@@ -73,28 +67,25 @@ RV_STEP_API void rv_block_run(const rv_grid_view *v, uint32_t block, uint32_t sl
     uint64_t it = 0;
     for (; max_iterations == 0 || it < max_iterations; ++it) {
         /* terminate and device_faults are adjacent in the header: one 64-bit load reads both (one PCIe read on a
-         * GPU), every RV_FLAGS_EVERY sweeps, and at every one while a pause is agreed. An injected halt: the kernel
-         * leaves for good and the device stops answering (device lost). */
-        if (pause_target != 0 || it % RV_FLAGS_EVERY == 0) {
-            uint64_t flags = rv_load_acquire_u64((const uint64_t *)&v->header->terminate);
-            uint32_t word = (uint32_t)flags;
-            if ((word != 0 && word != RV_TERMINATE_PAUSE) || ((uint32_t)(flags >> 32) & RV_DEVICE_HALT)) break;
-            if (word == RV_TERMINATE_PAUSE && pause_target == 0) {
-                uint32_t before = rv_fetch_add_u32(&v->local_header->pause_acks, 1);
-                pause_target = (before / grid + 1) * grid;
-            }
-            if (pause_target != 0) {
-                if (word != RV_TERMINATE_PAUSE) {
-                    if (rv_pause_withdraw(v, pause_target)) break;
-                    pause_target = 0; /* withdrawn: back to work */
-                } else if ((int32_t)(rv_load_acquire_dev_u32(&v->local_header->pause_acks) - pause_target) >= 0) {
-                    break; /* every block agreed: all leave */
-                } else {
-                    /* Agreed: no more steps until the others agree or the pause is withdrawn (a block that went on
-                     * working could enter a behaviour that never returns after agreeing, and hold the others). */
-                    rv_idle_pause(&backoff_ns, max_backoff_ns);
-                    continue;
-                }
+         * GPU). An injected halt: the kernel leaves for good and the device stops answering (device lost). */
+        uint64_t flags = rv_load_acquire_u64((const uint64_t *)&v->header->terminate);
+        uint32_t word = (uint32_t)flags;
+        if ((word != 0 && word != RV_TERMINATE_PAUSE) || ((uint32_t)(flags >> 32) & RV_DEVICE_HALT)) break;
+        if (word == RV_TERMINATE_PAUSE && pause_target == 0) {
+            uint32_t before = rv_fetch_add_u32(&v->local_header->pause_acks, 1);
+            pause_target = (before / grid + 1) * grid;
+        }
+        if (pause_target != 0) {
+            if (word != RV_TERMINATE_PAUSE) {
+                if (rv_pause_withdraw(v, pause_target)) break;
+                pause_target = 0; /* withdrawn: back to work */
+            } else if ((int32_t)(rv_load_acquire_dev_u32(&v->local_header->pause_acks) - pause_target) >= 0) {
+                break; /* every block agreed: all leave */
+            } else {
+                /* Agreed: no more steps until the others agree or the pause is withdrawn (a block that went on
+                 * working could enter a behaviour that never returns after agreeing, and hold the others). */
+                rv_idle_pause(&backoff_ns, max_backoff_ns);
+                continue;
             }
         }
         uint32_t progress = 0;

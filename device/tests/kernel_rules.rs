@@ -87,10 +87,7 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
     }
     for needle in [
         // what the host wrote is read with volatile 16-byte loads (never a cache line of the cell's last lap)
-        "rv_copy16_from_host(&copy, cell, sizeof(rv_envelope) / 16)",
-        // the first message's start with the step's words, its rest after them
-        "rv_load3_and_copy16_from_host(words, ",
-        "rv_copy16_from_host(rest, ",
+        "rv_copy16_from_host(&copy, rv_inbox_cell(",
         "rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, publish), &ctx->reply)",
         // a routed send, built on the stack, goes into the outbox whole
         "rv_copy_envelope(rv_outbox_cell(g, ctx->slot, tail), &e)",
