@@ -108,9 +108,9 @@ const ONE_SIDED: &[(&str, Side, &[&str], &str)] = &[
     (
         "actor",
         Side::C,
-        &["rv_envelope_units", "rv_read_step_words", "rv_read_rest_of_first"],
-        "the step's words and its first envelope's start read in one batch of loads (one PCIe round trip on a GPU), \
-         the rest as the message's length needs; WGSL reads them where it uses them, from device memory",
+        &["rv_read_step_words"],
+        "the step's words and first envelope read in one batch of loads (one PCIe round trip on a GPU); WGSL reads \
+         them where it uses them, from device memory",
     ),
     (
         "actor",

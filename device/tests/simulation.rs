@@ -102,7 +102,7 @@ fn an_error_reply_published_before_its_message_was_consumed_is_found() {
 /// For each defect the simulator found in the protocol as it was, the seed with which this simulator finds it
 /// first when it is put back (the regression test of its fix: the same seed keeps every promise with the fix).
 const FINDINGS: &[(Defect, u64)] =
-    &[(Defect::DeviceFaultsBeforeTail, 53), (Defect::OneShotKindFromStep, 10), (Defect::ErrorReplyBeforeConsumed, 10)];
+    &[(Defect::DeviceFaultsBeforeTail, 95), (Defect::OneShotKindFromStep, 10), (Defect::ErrorReplyBeforeConsumed, 60)];
 
 #[test]
 fn the_seeds_that_found_defects_pass_with_their_fixes() {

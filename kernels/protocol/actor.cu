@@ -195,45 +195,19 @@ RV_FN uint32_t rv_actor_init(const rv_grid_view *g, uint32_t slot, rv_control_bl
     return RV_STEP_PROGRESS | RV_STEP_ATTENTION;
 }
 
-/* The 16-byte units of an envelope that its handling reads: the header and the payload's length (a bulk
- * envelope's reference at least; all of it when the length is out of range, which the validity check reports). */
-RV_FN uint32_t rv_envelope_units(const rv_envelope *e) {
-    uint32_t len = e->payload_len > RV_PAYLOAD_BYTES ? RV_PAYLOAD_BYTES : e->payload_len;
-    if ((e->flags & RV_FLAG_BULK) && len < sizeof(rv_bulk_ref)) len = sizeof(rv_bulk_ref);
-    return (RV_OFFSETOF(rv_envelope, payload) + len + 15u) / 16u;
-}
-
-/* How much of the message at the inbox head a step reads with its words: the header and the first 16 payload bytes
- * (on a GPU every 16-byte load of mapped memory adds to the batch's time, not only its round trip; a longer
- * message's rest is read by rv_read_rest_of_first). */
-#define RV_FIRST_READ_UNITS 3u
-
 /* What an actor's step reads after the inbox tail: the device's fault word, the slot's fault bits and its state,
- * with relaxed loads, and the start of the message at `head` when `tail` is past it (into `first`; returns how
- * many units it read). On a GPU all their loads are issued together, one PCIe round trip where the words and then
- * the envelope cost two. The tail's acquire orders them after it, so a message seen is seen with every fault
- * injected before it was sent; nothing read later relies on an acquire of theirs (an init synchronises on block
- * 0's pending_op, the running states are the actor's own writes, a one-shot fault's sequence number is read with
- * acquire). The cell at `head` is the host's until the actor consumes it: it holds the message the tail
- * published. */
-RV_FN uint32_t rv_read_step_words(const rv_grid_view *g, uint32_t slot, rv_control_block *cb, uint32_t head,
-                                  uint32_t tail, uint32_t words[3], rv_envelope *first) {
-    uint32_t units = tail != head ? RV_FIRST_READ_UNITS : 0u;
+ * with relaxed loads, and the message at `head` when `tail` is past it (into `first`; returns whether it did).
+ * On a GPU all their loads are issued together, one PCIe round trip where the words and then the envelope cost
+ * two. The tail's acquire orders them after it, so a message seen is seen with every fault injected before it
+ * was sent; nothing read later relies on an acquire of theirs (an init synchronises on block 0's pending_op,
+ * the running states are the actor's own writes, a one-shot fault's sequence number is read with acquire). The
+ * cell at `head` is the host's until the actor consumes it: it holds the message the tail published. */
+RV_FN int rv_read_step_words(const rv_grid_view *g, uint32_t slot, rv_control_block *cb, uint32_t head,
+                             uint32_t tail, uint32_t words[3], rv_envelope *first) {
+    uint32_t units = tail != head ? (uint32_t)(sizeof(rv_envelope) / 16) : 0u;
     rv_load3_and_copy16_from_host(words, &g->header->device_faults, &cb->fault_flags, &cb->state, first,
                                   rv_inbox_cell(g, slot, head), units);
-    return units;
-}
-
-/* The rest of a message whose first `have` units the step's words brought: read from its cell when its length
- * needs them, zeroed otherwise, so the copy the behaviour reads is the whole cell's as far as the message goes. */
-RV_FN void rv_read_rest_of_first(rv_envelope *copy, const rv_envelope *cell, uint32_t have) {
-    const uint32_t units = sizeof(rv_envelope) / 16;
-    char *rest = (char *)copy + 16u * have;
-    if (rv_envelope_units(copy) > have) {
-        rv_copy16_from_host(rest, (const char *)cell + 16u * have, units - have);
-    } else {
-        rv_zero16(rest, units - have);
-    }
+    return units != 0;
 }
 
 RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_t budget) {
@@ -268,7 +242,7 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     rv_envelope copy; /* the host's cell being handled, read once with 16-byte loads; the behaviour reads the copy */
     uint32_t words[3];
     const uint32_t first_head = ar->inbox_head;
-    uint32_t first_units = rv_read_step_words(g, slot, cb, first_head, tail, words, &copy);
+    int first_read = rv_read_step_words(g, slot, cb, first_head, tail, words, &copy);
     uint32_t dev_faults = RV_DEFECT(RV_DEFECT_DEVICE_FAULTS_BEFORE_TAIL) ? 0u : words[0];
     if (!RV_DEFECT(RV_DEFECT_FAULTS_BEFORE_TAIL)) faults = words[1];
     uint32_t state = words[2];
@@ -361,16 +335,11 @@ RV_STEP_API uint32_t rv_actor_step(const rv_grid_view *g, uint32_t slot, uint32_
     }
 
     /* Host inbox. The first message was read with the step's words, unless a request moved the head since. */
-    uint32_t copied = head == first_head ? first_units : 0u;
+    int copied = first_read && head == first_head;
     while (!stalled && done < budget && head != limit) {
         if (!rv_outbox_has_room(g, cb, ar)) break;
-        const rv_envelope *cell = rv_inbox_cell(g, slot, head);
-        if (copied == 0) {
-            rv_copy16_from_host(&copy, cell, sizeof(rv_envelope) / 16);
-        } else {
-            rv_read_rest_of_first(&copy, cell, copied);
-            copied = 0;
-        }
+        if (!copied) rv_copy16_from_host(&copy, rv_inbox_cell(g, slot, head), sizeof(rv_envelope) / 16);
+        copied = 0;
         const rv_envelope *msg = &copy;
         uint64_t read_ns = 0;
         if (msg->flags & RV_FLAG_TRACE) {
