@@ -86,7 +86,7 @@ fn the_protocol_moves_envelopes_commands_and_events_16_bytes_at_a_time() {
         }
     }
     for needle in [
-        // what the host wrote is read with volatile 16-byte loads (never a cache line of the cell's last lap)
+        // what the host wrote is read with 16-byte loads, after the acquire of the index that published it
         "rv_copy16_from_host(&copy, rv_inbox_cell(",
         "rv_copy_envelope(rv_outbox_cell(ctx->g, ctx->slot, publish), &ctx->reply)",
         // a routed send, built on the stack, goes into the outbox whole

@@ -159,7 +159,7 @@ fn the_steps_words_and_first_envelope_are_loaded_before_any_is_used() {
     let body = ptx_function_body(&ptx, "rv_load3_and_copy16_from_host").expect("the batch is a function of its own");
     let lines: Vec<&str> = body.lines().map(str::trim).collect();
     let at = |prefix: &str| -> Vec<usize> { (0..lines.len()).filter(|&i| lines[i].starts_with(prefix)).collect() };
-    let (words, cell) = (at("ld.relaxed.sys.u32"), at("ld.volatile"));
+    let (words, cell) = (at("ld.relaxed.sys.u32"), at("ld.v2.u64"));
     assert_eq!((words.len(), cell.len()), (3, 8), "three words and eight 16-byte units:\n{body}");
     let first_store = *at("st.").first().expect("the batch stores what it read");
     assert!(words.iter().chain(&cell).all(|&l| l < first_store), "a load after the first store:\n{body}");
