@@ -20,7 +20,7 @@
 #include "rv_port.h"
 
 #define RV_MAGIC 0x52564752u /* "RGVR" */
-#define RV_PROTOCOL_VERSION 5u
+#define RV_PROTOCOL_VERSION 6u
 #define RV_PAYLOAD_BYTES 96u
 #define RV_INIT_BYTES 96u
 #define RV_MAX_BEHAVIOURS 256u

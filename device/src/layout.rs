@@ -15,7 +15,7 @@ use core::mem::{align_of, offset_of, size_of};
 /// Magic number at the start of the grid header ("RGVR").
 pub const RV_MAGIC: u32 = 0x5256_4752;
 /// Version of the shared layout and protocol.
-pub const RV_PROTOCOL_VERSION: u32 = 5;
+pub const RV_PROTOCOL_VERSION: u32 = 6;
 /// Payload bytes in one envelope.
 pub const RV_PAYLOAD_BYTES: u32 = 96;
 /// Init bytes carried by a Create / Restart command.
