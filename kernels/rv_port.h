@@ -344,9 +344,9 @@ RV_FN uint32_t rv_ctz_u32(uint32_t x) { return (uint32_t)__builtin_ctz(x); }
  * separate transactions, each a PCIe round trip on mapped memory). `units` counts 16-byte units. */
 #if RV_CUDA
 /* Copies `units` 16-byte units with plain 16-byte loads: up to RV_LOADS_IN_FLIGHT loads are issued before the first
- * store that uses one. A store waits for its load, so a
- * load-store pair per 16 bytes waits out one memory round trip each: across PCIe (mapped memory: host cells,
- * bulk payloads) eight pairs cost eight round trips; issued together the loads overlap and cost about one. */
+ * store that uses one. A store waits for its load, so a load-store pair per 16 bytes waits out one memory round
+ * trip each: across PCIe (mapped memory: host cells, bulk payloads) eight pairs cost eight round trips; issued
+ * together the loads overlap and cost about one. */
 #define RV_LOADS_IN_FLIGHT 8u
 #define RV_COPY16_BATCHED(dst, src, units)                                                                     \
     for (uint32_t i = 0; i < (units); i += RV_LOADS_IN_FLIGHT) {                                               \
@@ -374,18 +374,10 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
     for (uint64_t i = 0; i < units; ++i)
         asm volatile("st.v2.u64 [%0], {%1, %1};" ::"l"((char *)dst + 16ull * i), "l"(0ull) : "memory");
 }
-/* A copy out of a cell the host wrote (a command, an inbox envelope), made after the acquire of its ring's index:
- * plain loads, as rv_copy16's (a bulk payload's were already). The host wrote the cell before it released that
- * index and rewrites it only after the device has released the cell back, so the loads race with no write: the
- * acquire, before them in program order, makes them see the cell it published (none is served from a cache line
- * of the cell's previous lap). Plain loads of one line are merged on the way to mapped memory, where volatile
- * ones went each as a read of its own: on an H200 the step's batch with an envelope read volatile took 6.2 µs,
- * plain 2.7 µs (docs/benchmarks.md). */
-RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
 /* Three relaxed system-scope loads and a copy out of a host cell (at most RV_LOADS_IN_FLIGHT units, plain loads
- * as rv_copy16_from_host's), every load issued before the first result is used: across PCIe one round trip for
- * all, where the words and then the cell cost two (a thread waits at the first use of a load in flight, and
- * ptxas may wait for all of them at a call). */
+ * as rv_copy16_from_host's, below), every load issued before the first result is used: across PCIe one round
+ * trip for all, where the words and then the cell cost two (a thread waits at the first use of a load in flight,
+ * and ptxas may wait for all of them at a call). */
 __device__ __noinline__ static void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a,
                                                                   const uint32_t *b, const uint32_t *c, void *dst,
                                                                   const void *src, uint32_t units) {
@@ -417,7 +409,6 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
     }
     __builtin_memset(dst, 0, 16ull * units);
 }
-RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
 /* As on the GPU: three relaxed loads and a cell's copy, one round trip for the batch in the emulated driver's cost
  * model (each load is counted). */
 RV_FN void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a, const uint32_t *b, const uint32_t *c,
@@ -428,9 +419,18 @@ RV_FN void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a, c
     words[1] = rv_load_relaxed_u32(b);
     words[2] = rv_load_relaxed_u32(c);
     rv_host_sys_latency_ns = latency;
-    rv_copy16_from_host(dst, src, units);
+    rv_copy16(dst, src, units);
 }
 #endif
+
+/* A copy out of a cell the host wrote (a command, an inbox envelope), made after the acquire of its ring's index:
+ * plain loads, as rv_copy16's (a bulk payload's were already). The host wrote the cell before it released that
+ * index and rewrites it only after the device has released the cell back, so the loads race with no write: the
+ * acquire, before them in program order, makes them see the cell it published (none is served from a cache line
+ * of the cell's previous lap). Plain loads of one line are merged on the way to mapped memory, where volatile
+ * ones went each as a read of its own: on an H200 the step's batch with an envelope read volatile took 6.2 µs,
+ * plain 2.7 µs (docs/benchmarks.md). */
+RV_FN void rv_copy16_from_host(void *dst, const void *src, uint32_t units) { rv_copy16(dst, src, units); }
 
 /* Plain byte copies (no libc on the device). */
 RV_FN void rv_copy_bytes(void *dst, const void *src, uint32_t n) {
