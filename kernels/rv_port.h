@@ -206,6 +206,9 @@ static thread_local uint64_t rv_host_shared_releases = 0; /* of the stores, thos
  * store waits this long (a PCIe round trip, or a release's wait for the earlier stores; 0 on every other thread),
  * so timing the CPU hides shows in CI. A relaxed store is posted: it costs nothing, as on a GPU. */
 static thread_local uint32_t rv_host_sys_latency_ns = 0;
+/* ... and each further read of a batch issued together waits this long (its turn in the device's budget of reads
+ * of mapped memory; 0 on every other thread). */
+static thread_local uint32_t rv_host_sys_read_ns = 0;
 RV_FN void rv_host_sys_wait(void) {
     if (rv_host_sys_latency_ns == 0) return;
     struct timespec t0, t;
@@ -409,13 +412,13 @@ RV_FN void rv_zero16(void *dst, uint64_t units) {
     }
     __builtin_memset(dst, 0, 16ull * units);
 }
-/* As on the GPU: three relaxed loads and a cell's copy, one round trip for the batch in the emulated driver's cost
- * model (each load is counted). */
+/* As on the GPU: three relaxed loads and a cell's copy, in the emulated driver's cost model one round trip for the
+ * batch and a read's turn for each further word (each load is counted). */
 RV_FN void rv_load3_and_copy16_from_host(uint32_t words[3], const uint32_t *a, const uint32_t *b, const uint32_t *c,
                                          void *dst, const void *src, uint32_t units) {
     uint32_t latency = rv_host_sys_latency_ns;
     words[0] = rv_load_relaxed_u32(a);
-    rv_host_sys_latency_ns = 0; /* issued with the first: their round trips overlap its */
+    rv_host_sys_latency_ns = rv_host_sys_read_ns; /* issued with the first: each waits only its turn */
     words[1] = rv_load_relaxed_u32(b);
     words[2] = rv_load_relaxed_u32(c);
     rv_host_sys_latency_ns = latency;

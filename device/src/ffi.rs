@@ -59,6 +59,7 @@ extern "C" {
         max_iterations: u64,
         clock_skew_ns: i64,
         sys_latency_ns: u32,
+        sys_read_ns: u32,
     );
     pub fn rv_emu_clock(cells: *mut u64, rounds: u64, clock_skew_ns: i64, sys_latency_ns: u32);
     pub fn rv_emu_floor(req: *mut u32, resp: *mut u32, n: u32, sys_latency_ns: u32);

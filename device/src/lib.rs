@@ -43,7 +43,7 @@ mod wait;
 pub use backend::cpu::CpuConfig;
 pub use backend::cuda::emulated::{
     EmulatedDriver, EmulatedGpu, DEFAULT_MAPPED_LATENCY as EMULATED_MAPPED_LATENCY,
-    EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT,
+    DEFAULT_MAPPED_READ_COST as EMULATED_MAPPED_READ_COST, EXEC_TIMEOUT as EMULATED_EXEC_TIMEOUT,
 };
 pub use backend::cuda::{
     auto_idle_backoff as cuda_auto_idle_backoff, driver_available as cuda_driver_available,

@@ -271,6 +271,27 @@ fn the_floor_probe_pays_the_mapped_latency_and_leaves_nothing_behind() {
     all_released(&gpu);
 }
 
+/// The cost model prices the actor step's batch of reads (its three control words, issued together with its first
+/// envelope) as one round trip and, for each further word, a read's own turn in the device's budget: the step of a
+/// traced call takes at least that between its start and its read of the message (both device stamps: the wait
+/// is a spin, a lower bound on any machine).
+#[test]
+fn the_steps_batch_of_reads_pays_one_round_trip_and_a_turn_for_each_further_read() {
+    let gpu = EmulatedDriver::new(EmulatedGpu::default());
+    let d = open_on(&gpu, 2, |c| c).unwrap();
+    d.create(0, "echo", &[]).unwrap().wait_blocking(T).unwrap();
+    let least = (EMULATED_MAPPED_LATENCY + 2 * EMULATED_MAPPED_READ_COST).as_nanos() as u64;
+    for round in 0..5u8 {
+        let (reply, trace) = d.trace_call(0, &[round; 8], T).unwrap();
+        assert_eq!(reply.payload().unwrap(), &[round; 8]);
+        let s = trace.device.expect("the emulated driver's steps stamp a traced call");
+        let reading = s.read_ns.saturating_sub(s.step_began_ns);
+        assert!(reading >= least, "the step read its words and message in {reading} ns, under {least} ns: {s:?}");
+    }
+    drop(d);
+    all_released(&gpu);
+}
+
 /// The actor blocks' automatic idle pause keeps a large idle grid's mapped-memory reads under about 400,000 a
 /// second (an H200 saturated at about 2.2 million small reads a second, and block 0 starved behind them): 2.5 µs
 /// per read of one idle sweep (a block's flags, each slot's `host_seq`) past the first 16, within 8 µs and 20 ms.

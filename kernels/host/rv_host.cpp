@@ -157,9 +157,10 @@ extern "C" void rv_emu_init_block(void *shared, void *local, uint32_t block, uin
 
 extern "C" void rv_emu_persistent_block(void *shared, void *local, const rv_behaviour_fn *table, uint32_t block,
                                         uint32_t slots_per_block, uint32_t budget, uint64_t max_iterations,
-                                        int64_t clock_skew_ns, uint32_t sys_latency_ns) {
+                                        int64_t clock_skew_ns, uint32_t sys_latency_ns, uint32_t sys_read_ns) {
     rv_host_clock_skew_ns = clock_skew_ns;
     rv_host_sys_latency_ns = sys_latency_ns;
+    rv_host_sys_read_ns = sys_read_ns;
     rv_grid_view v;
     if (rv_grid_view_init(&v, shared, local, table) != RV_OK) return;
     rv_block_run(&v, block, slots_per_block, budget, max_iterations, RV_EMULATED_MAX_BACKOFF_NS,

@@ -30,7 +30,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use gpu::{EmulatedGpu, DEFAULT_MAPPED_LATENCY};
+pub use gpu::{EmulatedGpu, DEFAULT_MAPPED_LATENCY, DEFAULT_MAPPED_READ_COST};
 
 use super::driver::{DevPtr, Driver, DriverError, GpuInfo, Handle, KernelArgs, Launch, ModuleImage};
 use crate::ffi::{self, BehaviourFn};
@@ -431,7 +431,8 @@ impl Driver for EmulatedDriver {
 
         let capacity = self.capacity();
         let (args, threads, skew) = (l.args, l.threads, self.clock_skew_ns);
-        let latency_ns = self.gpu.mapped_latency.as_nanos().min(u128::from(u32::MAX)) as u32;
+        let nanos = |d: Duration| d.as_nanos().min(u128::from(u32::MAX)) as u32;
+        let (latency_ns, read_ns) = (nanos(self.gpu.mapped_latency), nanos(self.gpu.mapped_read_cost));
         let spawn = |name: String, emu: Arc<Emu>, f: Box<dyn FnOnce() + Send>, blocks: u32| {
             std::thread::Builder::new()
                 .name(name)
@@ -461,6 +462,7 @@ impl Driver for EmulatedDriver {
                                 max_iterations,
                                 skew,
                                 latency_ns,
+                                read_ns,
                             )
                         }
                     });
