@@ -276,6 +276,12 @@ RV_HOST_RMW(rv_fetch_or_u32, __atomic_fetch_or)
 RV_HOST_RMW(rv_exchange_u32, __atomic_exchange_n)
 RV_HOST_RMW(rv_fetch_add_u32, __atomic_fetch_add)
 RV_HOST_RMW(rv_fetch_and_u32, __atomic_fetch_and)
+/* A sequentially consistent fetch-or (host only): a mark that a waker follows with a sequentially consistent load
+ * instead of a fence (rv_cpu_mark_work; on x86 the same locked instruction as the acq_rel one, and no mfence). */
+RV_FN uint32_t rv_fetch_or_seq_cst_u32(uint32_t *p, uint32_t v) {
+    RV_SIM_POINT(RV_SIM_SYNC | RV_SIM_ORDERED, p);
+    return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+}
 #if defined(__SANITIZE_THREAD__)
 #define RV_THREAD_SANITIZER 1
 #elif defined(__has_feature)

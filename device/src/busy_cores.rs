@@ -34,6 +34,12 @@ impl YieldWatch {
         self.busy_until.is_some() && self.cores_busy_at(Instant::now())
     }
 
+    /// Whether the cores were found busy and the wait that follows has not been seen to end (no clock read: it
+    /// may have ended since).
+    pub(crate) fn found_busy(&self) -> bool {
+        self.busy_until.is_some()
+    }
+
     fn cores_busy_at(&mut self, now: Instant) -> bool {
         match self.busy_until {
             Some(until) if now < until => true,

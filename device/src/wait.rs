@@ -57,10 +57,10 @@ impl Parker {
 
     /// [`Parker::park`], unless `pending()` finds work. `pending` is asked after this thread counts as a
     /// sleeper, which is what lets a producer skip the wake-up when it sees no sleeper
-    /// ([`Parker::wake_sleepers`]): either it sees this sleeper, or `pending` sees its work.
+    /// ([`Parker::wake_sleepers_after_seq_cst_mark`]): either it sees this sleeper, or `pending` sees its work.
     pub(crate) fn park_unless(&self, seen: u64, timeout: Duration, pending: impl Fn() -> bool) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        // pairs with the fence in wake_sleepers (a store-buffer pair on the work and on `sleepers`)
+        // a store-buffer pair with the waker's mark and its load of `sleepers` (wake_sleepers_after_seq_cst_mark)
         fence(Ordering::SeqCst);
         let guard = lock(&self.lock);
         if self.epoch.load(Ordering::SeqCst) == seen && !pending() {
@@ -70,13 +70,16 @@ impl Parker {
     }
 
     /// Wakes the parked threads if there are any, after the caller published work that every parked thread
-    /// looks for with the `pending` check of [`Parker::park_unless`]. With no sleeper it writes nothing: a
-    /// thread about to park sees the work instead. (Threads that are only spinning or yielding find work on
-    /// their next round without a wake-up.)
-    pub(crate) fn wake_sleepers(&self) {
-        // pairs with the fence in park_unless
-        fence(Ordering::SeqCst);
-        if self.sleepers.load(Ordering::Relaxed) > 0 {
+    /// looks for with the `pending` check of [`Parker::park_unless`], its publication ending with a sequentially
+    /// consistent read-modify-write of the word that check loads (`rv_cpu_mark_work`'s marks). With no sleeper it
+    /// writes nothing: a thread about to park sees the work instead. (Threads that are only spinning or yielding
+    /// find work on their next round without a wake-up.) A sequentially consistent load of the sleeper count, no
+    /// fence (an `mfence` on x86, on a latency-mode call's write). Sound by the C++20 rules of the single total order S (the
+    /// language's model, which Rust adopts): were this load to miss a sleeper's increment, it would precede that
+    /// increment in S, and so would the mark; the sleeper's fence follows its increment in S, hence the mark
+    /// precedes the fence in S, and the sleeper's `pending` load, sequenced after the fence, sees the mark.
+    pub(crate) fn wake_sleepers_after_seq_cst_mark(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.wake();
         }
     }
@@ -178,12 +181,18 @@ impl IdleBackoff {
         self.idle = 0;
     }
 
+    /// Whether this thread may park when idle: always, unless it is in the latency mode and has not found the
+    /// cores busy lately (read without the clock: a watch that found them busy counts until it looks again).
+    pub(crate) fn may_park(&self) -> bool {
+        !self.never_park || self.watch.found_busy()
+    }
+
     /// One idle round; `seen` is the parker epoch read before the round's work.
     pub(crate) fn idle(&mut self, parker: &Parker, seen: u64) {
         self.idle_unless(parker, seen, || false);
     }
 
-    /// [`IdleBackoff::idle`] for a thread whose producers wake it with [`Parker::wake_sleepers`]: it parks
+    /// [`IdleBackoff::idle`] for a thread whose producers wake it with [`Parker::wake_sleepers_after_seq_cst_mark`]: it parks
     /// only if `pending()` finds no work (see [`Parker::park_unless`]).
     pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
@@ -316,11 +325,12 @@ mod tests {
         }
     }
 
-    /// A waker that publishes work and calls `wake_sleepers` never leaves a thread parked on it: each round
-    /// the sleeper parks for an hour unless the work is seen, so a lost wake-up shows as a round that does
-    /// not end (reported after 30 s instead of hanging the test).
+    /// A waker that publishes work with a sequentially consistent read-modify-write and calls
+    /// `wake_sleepers_after_seq_cst_mark` never leaves a thread parked on it: each round the sleeper parks for an
+    /// hour unless the work is seen, so a lost wake-up shows as a round that does not end (reported after 30 s
+    /// instead of hanging the test).
     #[test]
-    fn wake_sleepers_never_loses_a_sleeper_that_checks_for_work() {
+    fn a_wake_after_a_seq_cst_mark_never_loses_a_sleeper_that_checks_for_work() {
         const ROUNDS: u32 = 20_000;
         let parker = Arc::new(Parker::new());
         let work = Arc::new(AtomicBool::new(false));
@@ -341,8 +351,8 @@ mod tests {
         });
         for round in 0..ROUNDS {
             jitter(round.rotate_left(7));
-            work.store(true, Ordering::Release);
-            parker.wake_sleepers();
+            work.swap(true, Ordering::SeqCst);
+            parker.wake_sleepers_after_seq_cst_mark();
             if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
                 panic!("round {round}: the sleeper stayed parked with work published");
             }

@@ -69,10 +69,16 @@ extern "C" rv_grid_view *rv_cpu_grid_new(void *shared, void *local, const rv_beh
  * from, so the step that follows sees the work each of them published. A mark after the take sets the bit
  * again. (A load of the word, to skip the mark when the bit is set, needed a fence on both sides: two fences
  * on a call's path, 10-15 ns of a 350 ns latency-mode call.) A sender that finds the mark already there skips
- * the summary's read-modify-write (rv_mark_work). */
+ * the summary's read-modify-write (rv_mark_work's steps, here with sequentially consistent read-modify-writes: the
+ * sender then reads the pool's sleeper count with a sequentially consistent load and no fence, see
+ * `Parker::wake_sleepers_after_seq_cst_mark`; a worker's mark of its own slot goes through rv_mark_work). */
 extern "C" uint32_t rv_cpu_mark_work(const rv_grid_view *v, uint32_t slot) {
     if (slot >= v->slot_count) return 0;
-    return rv_mark_work(v, slot);
+    uint32_t word = slot >> 5;
+    uint32_t bit = 1u << (slot & 31u);
+    if (rv_fetch_or_seq_cst_u32(&v->work[word], bit) & bit) return 0;
+    rv_fetch_or_seq_cst_u32(&v->work_summary[word >> 5], 1u << (word & 31u));
+    return 1;
 }
 
 /* Summary word `index`: which run-set words may have marked slots (a hint; rv_cpu_run_marked decides). */

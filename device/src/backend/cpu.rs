@@ -282,7 +282,8 @@ impl Executor for CpuExecutor {
         // worker re-checks the run set after it counts as a sleeper (see the worker's `idle_unless`), so no
         // shared write is needed unless one sleeps.
         if marked {
-            self.pool.inner().parker.wake_sleepers();
+            // the marks are sequentially consistent read-modify-writes (rv_cpu_mark_work)
+            self.pool.inner().parker.wake_sleepers_after_seq_cst_mark();
         }
     }
 

@@ -1,11 +1,10 @@
 //! Messages to actors: one-way sends, batches, posts and calls, written into a slot's inbox by the host (the
 //! inbox's single producer: senders to one slot are serialised by the slot's lock).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Device, DeviceInner};
+use super::{correlation, Device, DeviceInner};
 use crate::behaviour::BehaviourId;
 use crate::clock::deadline_after;
 use crate::error::DeviceError;
@@ -223,7 +222,7 @@ impl Device {
         if len > max {
             return Err(DeviceError::StateTooLargeToRead { len, max });
         }
-        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let correlation = correlation::next();
         // the request's payload is the length wanted (rv_state_read_len); the reply is that prefix
         let request = (len as u32).to_le_bytes();
         let mut raw = Envelope::raw_to_actor(slot, correlation, &request, true, 0);
@@ -249,7 +248,7 @@ impl Device {
         clock: Option<&mut CallClock>,
     ) -> Result<(u64, CallWaiter), DeviceError> {
         self.check_payload(payload)?;
-        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let correlation = correlation::next();
         let mut raw = Envelope::raw_to_actor(slot, correlation, payload, true, 0);
         raw.flags |= flags;
         self.start_call_with(slot, correlation, raw, payload, clock)
@@ -297,7 +296,7 @@ impl Device {
         wait: Option<Duration>,
     ) -> Result<u64, DeviceError> {
         self.check_payload(payload)?;
-        let correlation = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let correlation = correlation::next();
         let raw = Envelope::raw_to_actor(slot, correlation, payload, want_reply, 0);
         self.write_raw(slot, raw, payload, || wait.map(deadline_after))?;
         Ok(correlation)
@@ -367,10 +366,9 @@ impl DeviceInner {
             return Ok(0);
         }
         let hlc = host_hlc();
-        // the batch's correlation ids reserved at once (one atomic add on a line other threads use, not one per
-        // message: that add was half of a batched send's time); ids of messages the inbox has no room for are
-        // skipped, and ids need only be unique
-        let mut next = self.next_correlation.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+        // the batch's correlation ids reserved at once (not one take per message); ids of messages the inbox has
+        // no room for are skipped, and ids need only be unique
+        let mut next = correlation::take(payloads.len() as u64);
         let envelope = |payload: &[u8]| {
             let correlation = next;
             next += 1;

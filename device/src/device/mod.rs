@@ -26,7 +26,7 @@
 //! payload too large) are refused with an error before anything is written.
 //!
 //! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
-//! calls), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
+//! calls; `correlation.rs` their ids), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
 //! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss,
 //! shutdown), `accounting.rs` (exactly-once hand-back), `routing.rs` (kernel-to-kernel messages between
 //! devices), `poll.rs` (the poller).
@@ -34,6 +34,7 @@
 mod accounting;
 mod commands;
 mod config;
+mod correlation;
 mod faults;
 mod grants;
 mod health;
@@ -89,7 +90,6 @@ pub(crate) struct DeviceInner {
     command_tail: Mutex<u32>,
     command_timeout: Duration,
     next_cmd_id: AtomicU64,
-    next_correlation: AtomicU64,
     commands: Mutex<IdMap<CommandWaiter>>,
     calls: SpinLock<IdMap<CallWaiter>>,
     replies: Stream<Reply>,
@@ -179,7 +179,6 @@ impl Device {
             command_tail: Mutex::new(0),
             command_timeout: config.command_timeout,
             next_cmd_id: AtomicU64::new(1),
-            next_correlation: AtomicU64::new(1),
             commands: Mutex::new(IdMap::default()),
             calls: SpinLock::new(IdMap::default()),
             replies: Stream::new(),

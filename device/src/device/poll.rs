@@ -15,6 +15,7 @@ use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
 use crate::message::{Envelope, Reply};
 use crate::ring;
 use crate::sync::Completion;
+use crate::sync::OwnLine;
 use crate::thread_slice::LentSlice;
 use crate::wait::{CallClock, HostThreads, IdleBackoff, Parker};
 
@@ -66,17 +67,41 @@ const POLLER_YIELD_ROUNDS: u32 = 256;
 /// most rounds, the whole device in the others), and the last caller to stop polling rings a held-back wake-up.
 /// Waking the poller for what a polling caller reads anyway cost two system calls and two context switches per
 /// call, and on a machine with few cores the poller took the core the call's next hop needed.
+///
+/// Holding back is for a poller that parks: one that only spins and yields (the latency mode on a machine with
+/// cores to spare) finds what was published on its next round, and a wake-up costs the executor no system call.
+/// Callers then do not take a turn at all ([`PollerBell::poller_may_park`]): a turn's two read-modify-writes, and
+/// the executor's word they swap, sat on a latency-mode call's path after its reply was found.
 pub(super) struct PollerBell {
     parker: Parker,
     /// Callers polling in the poller's place now.
     assisting: AtomicU32,
     /// A wake-up was held back for them.
     held: AtomicBool,
+    /// The poller may park when idle (set by the poller when that changes; on a line of its own, which callers
+    /// only read). A hint: a caller that reads it stale takes a turn it did not need, or rings a poller that
+    /// started parking a moment ago (a wake-up, as without the bell).
+    poller_may_park: OwnLine<AtomicBool>,
 }
 
 impl PollerBell {
     pub(super) fn new() -> Self {
-        Self { parker: Parker::new(), assisting: AtomicU32::new(0), held: AtomicBool::new(false) }
+        Self {
+            parker: Parker::new(),
+            assisting: AtomicU32::new(0),
+            held: AtomicBool::new(false),
+            poller_may_park: OwnLine(AtomicBool::new(true)),
+        }
+    }
+
+    /// Whether the poller may park when idle: callers polling in its place hold its wake-ups back only then.
+    fn poller_may_park(&self) -> bool {
+        self.poller_may_park.load(Ordering::Relaxed)
+    }
+
+    /// The poller says whether it may park when idle (see [`IdleBackoff::may_park`]).
+    fn set_poller_may_park(&self, may_park: bool) {
+        self.poller_may_park.store(may_park, Ordering::Relaxed);
     }
 
     /// The executor published something: wakes the poller unless a caller is polling in its place.
@@ -110,9 +135,13 @@ impl PollerBell {
 struct Assisting<'a>(&'a PollerBell);
 
 impl<'a> Assisting<'a> {
-    fn begin(bell: &'a PollerBell) -> Self {
+    /// A turn, if the poller may park (see [`PollerBell`]); `None`: the executor's wake-ups go to the poller.
+    fn begin(bell: &'a PollerBell) -> Option<Self> {
+        if !bell.poller_may_park() {
+            return None;
+        }
         bell.begin_assist();
-        Self(bell)
+        Some(Self(bell))
     }
 }
 
@@ -134,6 +163,7 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
         None => return,
     };
     let parker = &bell.parker;
+    let mut may_park = true;
     loop {
         let seen = parker.epoch();
         let work = {
@@ -163,6 +193,10 @@ pub(super) fn poller(device: Weak<DeviceInner>, threads: HostThreads) {
             backoff.reset();
         } else {
             backoff.idle(parker, seen);
+        }
+        if backoff.may_park() != may_park {
+            may_park = !may_park;
+            bell.set_poller_may_park(may_park);
         }
     }
 }

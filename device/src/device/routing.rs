@@ -190,11 +190,11 @@ impl DeviceInner {
         delivered.source = routed_address(from_device, slot).unwrap_or(raw.source);
         delivered.destination = to_slot;
         // A forwarded call: the caller waiting here is answered by the target's reply, which the target's
-        // poller matches by a correlation id of the target device's own.
+        // poller matches by a new correlation id.
         let forwarded = (delivered.flags & RV_FLAG_NO_REPLY as u8 == 0)
             .then(|| self.calls.lock().get(&raw.correlation).cloned())
             .flatten();
-        delivered.correlation = target.next_correlation.fetch_add(1, Ordering::Relaxed);
+        delivered.correlation = super::correlation::next();
         if let Some(w) = &forwarded {
             target.calls.lock().insert(delivered.correlation, w.clone());
         }
