@@ -375,7 +375,7 @@ impl DeviceInner {
                 _ => &self.counters.left_in_inbox,
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            if let Some(w) = self.calls.lock().remove(&u.envelope.correlation) {
+            if let Some(w) = self.calls.lock().take(u.envelope.correlation) {
                 w.complete(Err(DeviceError::Undelivered { slot: u.slot, generation: u.generation, reason: u.reason }));
             }
         }

@@ -171,7 +171,8 @@ impl DeviceInner {
         for (_, w) in lock(&self.commands).drain() {
             w.complete(Err(error.clone()));
         }
-        for (_, w) in self.calls.lock().drain() {
+        let waiting = self.calls.lock().close(error.clone());
+        for w in waiting {
             w.complete(Err(error.clone()));
         }
         self.close_subscribers();

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::waiters::{self, DirectCell};
 use super::{correlation, Device, DeviceInner};
 use crate::behaviour::BehaviourId;
 use crate::clock::deadline_after;
@@ -15,6 +16,39 @@ use crate::wait::{CallClock, Retry};
 
 /// Waits for a call's reply.
 pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
+
+/// How a call in flight is waited for.
+pub(super) enum CallWait {
+    /// Through its waiter in the calls map.
+    Registered(CallWaiter),
+    /// As this thread's direct call (`waiters.rs`): its caller takes the reply from the outbox itself, unless
+    /// someone else adopts the call, which leaves a waiter in the cell.
+    Direct(&'static DirectCell),
+}
+
+impl CallWait {
+    /// The answer of the call `correlation`, if delivered to its waiter; a direct call that was adopted becomes
+    /// a registered one here.
+    pub(super) fn try_take(&mut self, correlation: u64) -> Option<Result<Reply, DeviceError>> {
+        match self {
+            Self::Registered(waiter) => waiter.try_take(),
+            Self::Direct(cell) => {
+                let waiter = cell.take_adopted(correlation)?;
+                let answer = waiter.try_take();
+                *self = Self::Registered(waiter);
+                answer
+            }
+        }
+    }
+
+    /// The call is over: its waiter kept for the thread's next call, or its direct call ended.
+    fn finish(self) {
+        match self {
+            Self::Registered(waiter) => recycle_waiter(waiter),
+            Self::Direct(cell) => cell.end(),
+        }
+    }
+}
 
 thread_local! {
     /// The waiter of this thread's last call, kept for its next one once nothing else holds it: a waiter was
@@ -104,18 +138,21 @@ impl Device {
         &self,
         slot: u32,
         timeout: Duration,
-        start: impl FnOnce(Option<&mut CallClock>) -> Result<(u64, CallWaiter), DeviceError>,
+        start: impl FnOnce(Option<&mut CallClock>) -> Result<(u64, CallWait), DeviceError>,
     ) -> Result<Reply, DeviceError> {
         // No clock read on the fast path: the call's clock starts at its first read, the assist's after its first
         // rounds (or the write's, if the inbox is full); a call answered before then reads it not at all.
         let mut clock = CallClock::new(timeout);
-        let (correlation, waiter) = start(Some(&mut clock))?;
-        let out = match self.assist_until_answered(&waiter, &mut clock, slot, correlation) {
+        let (correlation, mut wait) = start(Some(&mut clock))?;
+        let out = match self.assist_until_answered(&mut wait, &mut clock, slot, correlation) {
             Some(out) => Some(out),
-            None => waiter.wait_blocking(clock.left()),
+            None => match self.inner.register_call(&mut wait, correlation) {
+                Ok(waiter) => waiter.wait_blocking(clock.left()),
+                Err(e) => Some(Err(e)),
+            },
         };
         let result = self.finish_call(correlation, out);
-        recycle_waiter(waiter);
+        wait.finish();
         result
     }
 
@@ -125,7 +162,7 @@ impl Device {
         &self,
         slot: u32,
         timeout: Duration,
-        start: impl Fn(Option<&mut CallClock>) -> Result<(u64, CallWaiter), DeviceError>,
+        start: impl Fn(Option<&mut CallClock>) -> Result<(u64, CallWait), DeviceError>,
     ) -> Result<Reply, DeviceError> {
         // One unit of the task's cooperative budget per call: a task that calls in a loop, each call answered
         // while it polls in the poller's place (no await that waits), still yields to the runtime when its
@@ -133,7 +170,7 @@ impl Device {
         // other tasks: the chaos test's fault injector).
         tokio::task::coop::consume_budget().await;
         let mut clock = CallClock::new(timeout);
-        let (correlation, waiter) = loop {
+        let (correlation, mut wait) = loop {
             match start(None) {
                 Err(DeviceError::InboxFull { .. }) if Instant::now() < clock.deadline() => {
                     tokio::time::sleep(Duration::from_micros(100)).await
@@ -141,12 +178,16 @@ impl Device {
                 other => break other?,
             }
         };
-        let out = match self.assist_until_answered(&waiter, &mut clock, slot, correlation) {
+        // no await from the write to the registration: a direct call is the thread's until then
+        let out = match self.assist_until_answered(&mut wait, &mut clock, slot, correlation) {
             Some(out) => Some(out),
-            None => waiter.wait(clock.left()).await,
+            None => match self.inner.register_call(&mut wait, correlation) {
+                Ok(waiter) => waiter.wait(clock.left()).await,
+                Err(e) => Some(Err(e)),
+            },
         };
         let result = self.finish_call(correlation, out);
-        recycle_waiter(waiter);
+        wait.finish();
         result
     }
 
@@ -154,12 +195,12 @@ impl Device {
     /// call's clock started has passed (`slot`: the actor called, whose outbox the answer usually comes through).
     pub(super) fn assist_until_answered(
         &self,
-        waiter: &CallWaiter,
+        wait: &mut CallWait,
         clock: &mut CallClock,
         slot: u32,
         correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
-        self.inner.assist_call(waiter, clock, slot, correlation)
+        self.inner.assist_call(wait, clock, slot, correlation)
     }
 
     /// Reads a copy of the actor's state (OTP's `sys:get_state`): taken between two messages, in order with the
@@ -213,7 +254,7 @@ impl Device {
         slot: u32,
         len: usize,
         clock: Option<&mut CallClock>,
-    ) -> Result<(u64, CallWaiter), DeviceError> {
+    ) -> Result<(u64, CallWait), DeviceError> {
         let region = self.inner.grid.config().state_bytes as usize;
         if len > region {
             return Err(DeviceError::PayloadTooLarge { len, max: region });
@@ -222,12 +263,11 @@ impl Device {
         if len > max {
             return Err(DeviceError::StateTooLargeToRead { len, max });
         }
-        let correlation = correlation::next();
         // the request's payload is the length wanted (rv_state_read_len); the reply is that prefix
         let request = (len as u32).to_le_bytes();
-        let mut raw = Envelope::raw_to_actor(slot, correlation, &request, true, 0);
+        let mut raw = Envelope::raw_to_actor(slot, 0, &request, true, 0);
         raw.kind = RV_KIND_STATE as u8;
-        self.start_call_with(slot, correlation, raw, &request, clock)
+        self.start_call_with(slot, raw, &request, clock)
     }
 
     pub(super) fn start_call(
@@ -235,7 +275,7 @@ impl Device {
         slot: u32,
         payload: &[u8],
         clock: Option<&mut CallClock>,
-    ) -> Result<(u64, CallWaiter), DeviceError> {
+    ) -> Result<(u64, CallWait), DeviceError> {
         self.start_call_flagged(slot, payload, 0, clock)
     }
 
@@ -246,30 +286,40 @@ impl Device {
         payload: &[u8],
         flags: u8,
         clock: Option<&mut CallClock>,
-    ) -> Result<(u64, CallWaiter), DeviceError> {
+    ) -> Result<(u64, CallWait), DeviceError> {
         self.check_payload(payload)?;
-        let correlation = correlation::next();
-        let mut raw = Envelope::raw_to_actor(slot, correlation, payload, true, 0);
+        let mut raw = Envelope::raw_to_actor(slot, 0, payload, true, 0);
         raw.flags |= flags;
-        self.start_call_with(slot, correlation, raw, payload, clock)
+        self.start_call_with(slot, raw, payload, clock)
     }
 
-    /// Registers the waiter of the call `raw` (correlation `correlation`, payload `payload`), then writes it.
+    /// Gives the call `raw` (payload `payload`) its correlation id, then writes it: as this thread's direct call
+    /// if it can be one (`waiters.rs`), else with a waiter registered first. Returns the id and how to wait.
     fn start_call_with(
         &self,
         slot: u32,
-        correlation: u64,
-        raw: RawEnvelope,
+        mut raw: RawEnvelope,
         payload: &[u8],
         clock: Option<&mut CallClock>,
-    ) -> Result<(u64, CallWaiter), DeviceError> {
+    ) -> Result<(u64, CallWait), DeviceError> {
+        let id = correlation::next();
+        let deadline = || clock.map(CallClock::deadline);
+        if let Some((cell, direct)) = waiters::own_cell().and_then(|cell| Some((cell, cell.try_begin(id)?))) {
+            raw.correlation = direct;
+            if let Err(e) = self.write_raw(slot, raw, payload, deadline) {
+                cell.end();
+                return Err(e);
+            }
+            return Ok((direct, CallWait::Direct(cell)));
+        }
+        raw.correlation = id;
         let waiter = new_waiter();
-        self.inner.calls.lock().insert(correlation, waiter.clone());
-        if let Err(e) = self.write_raw(slot, raw, payload, || clock.map(CallClock::deadline)) {
-            self.inner.calls.lock().remove(&correlation);
+        self.inner.calls.lock().insert(id, waiter.clone());
+        if let Err(e) = self.write_raw(slot, raw, payload, deadline) {
+            self.inner.calls.lock().remove(id);
             return Err(e);
         }
-        Ok((correlation, waiter))
+        Ok((id, CallWait::Registered(waiter)))
     }
 
     pub(super) fn finish_call(
@@ -281,7 +331,7 @@ impl Device {
             Some(r) => r,
             None => {
                 // A reply that arrives later goes to `replies()`.
-                self.inner.calls.lock().remove(&correlation);
+                self.inner.calls.lock().remove(correlation);
                 self.check_open()?;
                 Err(DeviceError::Timeout)
             }
@@ -355,6 +405,36 @@ pub(super) fn host_hlc() -> u64 {
 }
 
 impl DeviceInner {
+    /// The waiter of the call `correlation` whose caller stops polling and waits: its registered one, or for a
+    /// direct call, the waiter someone adopted it with, or else one registered now (the call withdrawn from the
+    /// thread's cell under the calls map's lock, so no one adopts it after). Fails with the device's closing
+    /// error if it closed before the registration (its waiters were failed already).
+    pub(super) fn register_call(&self, wait: &mut CallWait, correlation: u64) -> Result<CallWaiter, DeviceError> {
+        let cell = match wait {
+            CallWait::Registered(waiter) => return Ok(waiter.clone()),
+            CallWait::Direct(cell) => *cell,
+        };
+        let mut calls = self.calls.lock();
+        let waiter = match cell.withdraw(correlation) {
+            true => {
+                if let Some(e) = calls.closed_with() {
+                    return Err(e);
+                }
+                let waiter = new_waiter();
+                calls.insert(correlation, waiter.clone());
+                waiter
+            }
+            // adopted under this lock: its waiter is in the cell
+            false => cell.take_adopted(correlation).unwrap_or_else(|| {
+                let waiter = new_waiter();
+                calls.insert(correlation, waiter.clone());
+                waiter
+            }),
+        };
+        *wait = CallWait::Registered(waiter.clone());
+        Ok(waiter)
+    }
+
     /// [`Device::send_batch`] of payloads already checked against the largest payload (a coalescing sender's
     /// buffer), given as an iterator so that the caller need not collect them.
     pub(super) fn publish_batch<'a>(
@@ -385,6 +465,82 @@ impl DeviceInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::DeviceConfig;
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn echo_device() -> Device {
+        let d = Device::open(DeviceConfig::default().slots(2)).expect("device");
+        d.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
+        d
+    }
+
+    /// A direct call whose reply someone else reads (here this test, polling in the poller's place before the
+    /// caller looks; or the poller thread) is adopted: a waiter registered for it reaches the caller through its
+    /// cell, with the reply, and nothing stays in the calls map.
+    #[test]
+    fn a_direct_calls_reply_read_by_someone_else_reaches_its_caller_through_an_adopted_waiter() {
+        let d = echo_device();
+        let (correlation, mut wait) = d.start_call(0, b"adopted", None).expect("written");
+        assert!(matches!(wait, CallWait::Direct(_)), "a thread's call is direct");
+        let until = Instant::now() + T;
+        let answer = loop {
+            d.inner.poll_assist();
+            if let Some(answer) = wait.try_take(correlation) {
+                break answer;
+            }
+            assert!(Instant::now() < until, "the reply never reached the caller");
+            std::thread::yield_now();
+        };
+        assert_eq!(answer.expect("reply").payload().expect("payload"), b"adopted");
+        assert!(matches!(wait, CallWait::Registered(_)), "an adopted call goes on as a registered one");
+        assert!(d.inner.calls.lock().remove(correlation).is_none(), "the waiter left the map with its answer");
+        wait.finish();
+        let (_, next) = d.start_call(0, b"next", None).expect("written");
+        assert!(matches!(next, CallWait::Direct(_)), "the thread's cell is free again for its next call");
+        next.finish();
+    }
+
+    /// A direct call's caller that stops polling registers a waiter (withdrawn from its cell first, or, if
+    /// someone adopted the call already, with the adopted one): either way the reply reaches it.
+    #[test]
+    fn a_direct_call_whose_caller_stops_polling_is_answered_through_the_waiter_it_registers() {
+        let d = echo_device();
+        for round in 0..200u32 {
+            let payload = round.to_le_bytes();
+            let (correlation, mut wait) = d.start_call(0, &payload, None).expect("written");
+            let waiter = d.inner.register_call(&mut wait, correlation).expect("registered");
+            let until = Instant::now() + T;
+            let answer = loop {
+                d.inner.poll_assist();
+                if let Some(answer) = waiter.try_take() {
+                    break answer;
+                }
+                assert!(Instant::now() < until, "round {round}: the reply never reached the waiter");
+                std::thread::yield_now();
+            };
+            assert_eq!(answer.expect("reply").payload().expect("payload"), payload);
+            assert!(d.inner.calls.lock().remove(correlation).is_none(), "round {round}: the map is left empty");
+            drop(waiter);
+            wait.finish();
+        }
+    }
+
+    /// A direct call registered after its device closed is not left waiting: it was adopted as the device
+    /// closed (its reply read or its message handed back), and its waiter is answered, or its registration fails
+    /// with the closing error (the device failed every registered waiter as it closed).
+    #[test]
+    fn a_direct_call_registered_after_its_device_closed_is_answered_or_fails_with_the_closing_error() {
+        let d = echo_device();
+        let (correlation, mut wait) = d.start_call(0, b"late", None).expect("written");
+        d.shutdown();
+        match d.inner.register_call(&mut wait, correlation) {
+            // the call was adopted before the device closed (its reply read, or its message handed back)
+            Ok(waiter) => assert!(waiter.wait_blocking(T).is_some(), "an adopted call is answered"),
+            Err(e) => assert_eq!(e, DeviceError::Closed),
+        }
+        wait.finish();
+    }
 
     /// A waiter comes back for the thread's next call only when nothing else holds it, and then with nothing
     /// delivered: a reply left in it would answer the next call.

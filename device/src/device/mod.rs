@@ -26,7 +26,7 @@
 //! payload too large) are refused with an error before anything is written.
 //!
 //! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
-//! calls; `correlation.rs` their ids), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
+//! calls; `correlation.rs` their ids, `waiters.rs` the calls in flight), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
 //! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss,
 //! shutdown), `accounting.rs` (exactly-once hand-back), `routing.rs` (kernel-to-kernel messages between
 //! devices), `poll.rs` (the poller).
@@ -46,6 +46,7 @@ mod sender;
 mod snapshot;
 mod subscribers;
 mod trace;
+mod waiters;
 
 pub use commands::{CommandRequest, PendingCommand};
 pub use config::DeviceConfig;
@@ -64,7 +65,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use accounting::SlotHost;
-use messages::CallWaiter;
 use poll::PollState;
 use subscribers::Subscribers;
 
@@ -91,7 +91,7 @@ pub(crate) struct DeviceInner {
     command_timeout: Duration,
     next_cmd_id: AtomicU64,
     commands: Mutex<IdMap<CommandWaiter>>,
-    calls: SpinLock<IdMap<CallWaiter>>,
+    calls: SpinLock<waiters::Calls>,
     replies: Stream<Reply>,
     subscribers: Mutex<Subscribers>,
     poller_bell: Arc<poll::PollerBell>,
@@ -180,7 +180,7 @@ impl Device {
             command_timeout: config.command_timeout,
             next_cmd_id: AtomicU64::new(1),
             commands: Mutex::new(IdMap::default()),
-            calls: SpinLock::new(IdMap::default()),
+            calls: SpinLock::new(waiters::Calls::default()),
             replies: Stream::new(),
             subscribers: Mutex::new(Subscribers::default()),
             poller_bell,

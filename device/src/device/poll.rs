@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use super::messages::CallWait;
 use super::routing::{self, RouteStep};
+use super::waiters;
 use super::DeviceInner;
 use crate::bulk;
 use crate::error::DeviceError;
@@ -206,10 +208,14 @@ impl DeviceInner {
     /// usually comes within it), so the answer does not wait for the poller thread to wake: a command's outcome
     /// (block 0's event), or anything else whose answer may come from any slot or any device of the router.
     pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
-        self.assist_with(completion, &mut CallClock::until(deadline), |device, _| {
-            device.poll_whole();
-            None
-        })
+        self.assist_with(
+            || completion.try_take(),
+            &mut CallClock::until(deadline),
+            |device, _| {
+                device.poll_whole();
+                None
+            },
+        )
     }
 
     /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
@@ -225,32 +231,44 @@ impl DeviceInner {
     /// poll, or for the poller, which the last caller to stop polling wakes.
     pub(super) fn assist_call(
         &self,
-        waiter: &Completion<Result<Reply, DeviceError>>,
+        wait: &mut CallWait,
         clock: &mut CallClock,
         slot: u32,
         correlation: u64,
     ) -> Option<Result<Reply, DeviceError>> {
         if slot >= self.grid.slot_count() {
-            return self.assist(waiter, clock.deadline());
+            let deadline = clock.deadline();
+            return self.assist_with(
+                || wait.try_take(correlation),
+                &mut CallClock::until(deadline),
+                |device, _| {
+                    device.poll_whole();
+                    None
+                },
+            );
         }
         let mut seen_tail = None;
-        self.assist_with(waiter, clock, |device, whole_poll_due| {
-            let tail = device.grid.outbox_tail(slot);
-            if seen_tail != Some(tail) {
-                // the outbox is read up to this tail at least, unless someone else holds the poll state (then
-                // they read it, and a reply of ours reaches the waiter through them)
-                if let Some(found) = device.poll_own_slot(slot, correlation) {
-                    seen_tail = Some(tail);
-                    return found;
+        self.assist_with(
+            || wait.try_take(correlation),
+            clock,
+            |device, whole_poll_due| {
+                let tail = device.grid.outbox_tail(slot);
+                if seen_tail != Some(tail) {
+                    // the outbox is read up to this tail at least, unless someone else holds the poll state (then
+                    // they read it, and a reply of ours reaches the waiter through them)
+                    if let Some(found) = device.poll_own_slot(slot, correlation) {
+                        seen_tail = Some(tail);
+                        return found;
+                    }
+                } else if whole_poll_due || device.grid.events_unread() {
+                    device.poll_whole();
                 }
-            } else if whole_poll_due || device.grid.events_unread() {
-                device.poll_whole();
-            }
-            None
-        })
+                None
+            },
+        )
     }
 
-    /// The assist loop: each round takes the completion's value if delivered, else asks `look` to poll and
+    /// The assist loop: each round takes the answer if delivered (`answered`), else asks `look` to poll and
     /// perhaps find the answer itself (told whether a whole poll is due: every [`ASSIST_FULL_POLL_EVERY`]
     /// spinning rounds, and every yielding round). From the start of `clock` (its first read: here, after the
     /// first rounds, unless the call read it before), it spins for [`ASSIST_BUSY`], then yields, until
@@ -258,7 +276,7 @@ impl DeviceInner {
     /// before the first such rounds: an answer that comes within them costs no clock read, ~20 ns each).
     fn assist_with<T>(
         &self,
-        completion: &Completion<T>,
+        mut answered: impl FnMut() -> Option<T>,
         clock: &mut CallClock,
         mut look: impl FnMut(&Self, bool) -> Option<T>,
     ) -> Option<T> {
@@ -267,7 +285,7 @@ impl DeviceInner {
         // the device threads' short slice, lent to this thread from its first yield to the end of its turn
         let mut lent = None;
         for round in 0u32.. {
-            if let Some(out) = completion.try_take() {
+            if let Some(out) = answered() {
                 return Some(out);
             }
             let whole_poll_due = !spinning || round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1;
@@ -452,9 +470,17 @@ impl DeviceInner {
             Err(e) => Err(e),
             Ok(_) => Ok(reply),
         };
-        let waiter = self.calls.lock().remove(&reply.correlation);
+        let correlation = reply.correlation;
+        let own = own.filter(|own| own.correlation == correlation);
+        // the caller's own direct call has no waiter, and nothing else answers it
+        let waiter = match own {
+            Some(_) if waiters::is_direct(correlation) => None,
+            _ => self.calls.lock().take(correlation),
+        };
         match (own, waiter) {
-            (Some(own), Some(_)) if own.correlation == reply.correlation => own.answer = Some(answer(reply)),
+            (Some(own), waiter) if waiter.is_some() || waiters::is_direct(correlation) => {
+                own.answer = Some(answer(reply))
+            }
             (_, Some(w)) => w.complete(answer(reply)),
             (_, None) => self.replies.push(reply),
         }

@@ -191,9 +191,8 @@ impl DeviceInner {
         delivered.destination = to_slot;
         // A forwarded call: the caller waiting here is answered by the target's reply, which the target's
         // poller matches by a new correlation id.
-        let forwarded = (delivered.flags & RV_FLAG_NO_REPLY as u8 == 0)
-            .then(|| self.calls.lock().get(&raw.correlation).cloned())
-            .flatten();
+        let forwarded =
+            (delivered.flags & RV_FLAG_NO_REPLY as u8 == 0).then(|| self.calls.lock().find(raw.correlation)).flatten();
         delivered.correlation = super::correlation::next();
         if let Some(w) = &forwarded {
             target.calls.lock().insert(delivered.correlation, w.clone());
@@ -201,13 +200,13 @@ impl DeviceInner {
         match target.deliver_routed(to_slot, delivered, &self.counters.routed_out) {
             Ok(()) => {
                 if forwarded.is_some() {
-                    self.calls.lock().remove(&raw.correlation);
+                    self.calls.lock().remove(raw.correlation);
                 }
                 RouteStep::Done
             }
             Err(e) => {
                 if forwarded.is_some() {
-                    target.calls.lock().remove(&delivered.correlation);
+                    target.calls.lock().remove(delivered.correlation);
                 }
                 let reason = match e {
                     DeviceError::InboxFull { .. } => {
@@ -246,7 +245,7 @@ impl DeviceInner {
             None => tracing::warn!(slot, to_device, to_slot, reason = reason.label(), "routed message not delivered"),
         }
         if raw.flags & RV_FLAG_NO_REPLY as u8 == 0 {
-            if let Some(w) = self.calls.lock().remove(&raw.correlation) {
+            if let Some(w) = self.calls.lock().take(raw.correlation) {
                 w.complete(Err(DeviceError::Unroutable { device: to_device, slot: to_slot, reason }));
             }
         }
