@@ -4,6 +4,8 @@
 //! medians of each, their ratio, and how many call blocks had a median over 5 µs (the trap of docs/benchmarks.md:
 //! whole blocks of calls at 40-45 µs), and on stderr the median of each such block as it ends.
 //!
+//! `LATENCY_MODE=0` opens the device in the default mode instead (its calls beside the same floor).
+//!
 //! `GAP_NS=N` leaves N ns (spun, not slept) between calls, as a service whose calls do not come back to back.
 //!
 //! `PIN=caller,poller,workers` pins the calling thread, the device's poller and its workers to those CPUs, to force
@@ -68,7 +70,8 @@ fn main() {
     let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(40).max(1);
     let with_floor = std::env::var_os("NOFLOOR").is_none();
     let gap_ns: u64 = std::env::var("GAP_NS").ok().and_then(|g| g.parse().ok()).unwrap_or(0);
-    let device = Device::open(DeviceConfig::default().slots(4).latency_mode(true)).expect("device");
+    let latency_mode = std::env::var("LATENCY_MODE").map_or(true, |v| v != "0");
+    let device = Device::open(DeviceConfig::default().slots(4).latency_mode(latency_mode)).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     if let Ok(spec) = std::env::var("PIN") {
         place(&spec);
