@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::waiters::{self, DirectCell};
+use super::waiters::{self, CallWaiter, DirectCell};
 use super::{correlation, Device, DeviceInner};
 use crate::behaviour::BehaviourId;
 use crate::clock::deadline_after;
@@ -13,9 +13,6 @@ use crate::layout::{RawEnvelope, RV_KIND_STATE};
 use crate::message::{Envelope, Reply, PAYLOAD_BYTES};
 use crate::sync::Completion;
 use crate::wait::{CallClock, Retry};
-
-/// Waits for a call's reply.
-pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
 
 /// How a call in flight is waited for.
 pub(super) enum CallWait {

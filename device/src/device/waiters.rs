@@ -16,11 +16,14 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::messages::CallWaiter;
 use super::IdMap;
 use crate::error::DeviceError;
+use crate::message::Reply;
 use crate::spin_lock::SpinLock;
 use crate::sync::{lock, Completion};
+
+/// Waits for a call's reply.
+pub(super) type CallWaiter = Arc<Completion<Result<Reply, DeviceError>>>;
 
 /// The waiters of a device's registered calls, by correlation id, behind the device's `calls` lock; every lookup
 /// of a call by someone other than its caller goes through here, and adopts a direct call it finds waiting.
