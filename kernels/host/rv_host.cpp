@@ -86,6 +86,22 @@ extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
     return rv_load_relaxed_dev_u32(&v->work_summary[index]);
 }
 
+/* Asks for the lines the step of `slot` reads first from what the host wrote (the control block's line 3, with
+ * `host_seq` and the inbox tail, and the inbox cell at the actor's head: the message the mark announces), before
+ * the taker's read-modify-writes of the run set. A locked instruction holds back every load after it until it
+ * completes, and the run set's line, just marked by the sender, has to be fetched for it from the sender's core;
+ * the step's loads then went to the sender's core again, one transfer after the other. A prefetch is a hint,
+ * not a load the memory model orders (a stale head names a cell the step does not read: nothing is lost but
+ * the prefetch); the head is read with a relaxed load (its writers store it atomically). On a 2-core AMD EPYC VM,
+ * a latency-mode call 1,002-1,031 -> 911-951 ns in the VM's slow mode (docs/benchmarks.md). */
+static void rv_cpu_prefetch_step(const rv_grid_view *v, uint32_t slot) {
+    if (slot >= v->slot_count) return;
+    rv_control_block *cb = &v->blocks[slot];
+    __builtin_prefetch(&cb->inbox_tail, 0, 3);
+    const char *cell = (const char *)rv_inbox_cell(v, slot, rv_load_relaxed_dev_u32(&cb->inbox_head));
+    for (size_t line = 0; line < sizeof(rv_envelope); line += 64) __builtin_prefetch(cell + line, 0, 3);
+}
+
 /* Takes the mark of one slot of run-set word `word`, the lowest at or above bit `from` (0 to 31); returns its bit,
  * or 32 when none is marked there. The other marks stay in the run set (the summary bit set again while some are
  * left), so a worker that then runs a behaviour that never returns strands no other slot: whoever looks next
@@ -96,8 +112,10 @@ extern "C" uint32_t rv_cpu_take_one_marked(const rv_grid_view *v, uint32_t word,
     if (from >= 32) return 32;
     uint32_t *summary = &v->work_summary[word >> 5];
     uint32_t summary_bit = 1u << (word & 31u);
-    rv_fetch_and_u32(summary, ~summary_bit);
     uint32_t *marks = &v->work[word];
+    uint32_t ahead = rv_load_relaxed_dev_u32(marks) & (~0u << from);
+    if (ahead != 0) rv_cpu_prefetch_step(v, word * 32u + rv_ctz_u32(ahead));
+    rv_fetch_and_u32(summary, ~summary_bit);
     uint32_t bits = rv_load_relaxed_dev_u32(marks);
     for (;;) {
         uint32_t eligible = bits & (~0u << from);
