@@ -208,20 +208,22 @@ impl DeviceInner {
     /// usually comes within it), so the answer does not wait for the poller thread to wake: a command's outcome
     /// (block 0's event), or anything else whose answer may come from any slot or any device of the router.
     pub(super) fn assist<T>(&self, completion: &Completion<T>, deadline: Instant) -> Option<T> {
-        self.assist_with(
-            || completion.try_take(),
-            &mut CallClock::until(deadline),
-            |device, _| {
-                device.poll_whole();
-                None
-            },
-        )
+        self.assist_whole(|| completion.try_take(), deadline)
+    }
+
+    /// [`DeviceInner::assist`] of an answer that `answered` takes when it is delivered.
+    fn assist_whole<T>(&self, answered: impl FnMut() -> Option<T>, deadline: Instant) -> Option<T> {
+        self.assist_with(answered, &mut CallClock::until(deadline), |device, _| {
+            device.poll_whole();
+            None
+        })
     }
 
     /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
     /// outbox tail itself (a load of a line the device writes) and reads the outbox only when the tail moved,
-    /// taking its own reply straight from the cell, without its waiter's hand-off (the reply is there before
-    /// the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). When block 0
+    /// taking its own reply straight from the cell, with no waiter (a direct call, `waiters.rs`; the reply is
+    /// there before the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep).
+    /// Each round it also looks for a waiter someone left for the call (`wait`: adopted). When block 0
     /// published events (one may end the call: the actor failed, the message was handed back), every
     /// [`ASSIST_FULL_POLL_EVERY`] rounds regardless, and every round once it yields, it polls the whole device and
     /// the other devices of its router (an answer forwarded from elsewhere). Replies in other slots' outboxes do
@@ -238,14 +240,7 @@ impl DeviceInner {
     ) -> Option<Result<Reply, DeviceError>> {
         if slot >= self.grid.slot_count() {
             let deadline = clock.deadline();
-            return self.assist_with(
-                || wait.try_take(correlation),
-                &mut CallClock::until(deadline),
-                |device, _| {
-                    device.poll_whole();
-                    None
-                },
-            );
+            return self.assist_whole(|| wait.try_take(correlation), deadline);
         }
         let mut seen_tail = None;
         self.assist_with(
@@ -451,9 +446,10 @@ impl DeviceInner {
         }
     }
 
-    /// Hands the reply `env` read from `slot`'s outbox to its call's waiter, or to `own` when it is the reply
-    /// the caller reading the outbox waits for itself (its waiter leaves the map: nothing else answers it), or
-    /// to [`Device::replies`](super::Device::replies) when no call waits for it.
+    /// Hands the reply `env` read from `slot`'s outbox to `own` when it is the reply the caller reading the
+    /// outbox waits for itself (a direct call has no waiter; a registered one's leaves the map: nothing else
+    /// answers it), else to its call's waiter (a direct call adopted now, `Calls::take`), or to
+    /// [`Device::replies`](super::Device::replies) when no call waits for it.
     ///
     /// Runs under the poll state's lock (outboxes are read only by its holder), so its counters have one writer
     /// at a time: a load and a store, not a read-modify-write (a locked instruction on every call's path).
