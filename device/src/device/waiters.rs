@@ -125,9 +125,9 @@ impl DirectCell {
         Some(correlation)
     }
 
-    /// Ends the direct call: its caller took the answer itself (from the outbox, under the poll state's lock,
-    /// where every adoption happens too: exactly one of them answers a call), or it failed before its message was
-    /// written. A plain store: no one else writes the id while it matches.
+    /// Ends the direct call: its caller took the answer itself from the outbox (no one adopts the call after: a
+    /// message is answered or handed back exactly once, and its answer was this reply), or it failed before its
+    /// message was written. A plain store: no one else writes the id while it matches.
     pub(super) fn end(&self) {
         self.correlation.store(0, Ordering::Relaxed);
         self.busy.store(false, Ordering::Relaxed);
