@@ -74,10 +74,10 @@ impl Parker {
     /// consistent read-modify-write of the word that check loads (`rv_cpu_mark_work`'s marks). With no sleeper it
     /// writes nothing: a thread about to park sees the work instead. (Threads that are only spinning or yielding
     /// find work on their next round without a wake-up.) A sequentially consistent load of the sleeper count, no
-    /// fence (an `mfence` on x86, on a latency-mode call's write). Sound by the C++20 rules of the single total order S (the
-    /// language's model, which Rust adopts): were this load to miss a sleeper's increment, it would precede that
-    /// increment in S, and so would the mark; the sleeper's fence follows its increment in S, hence the mark
-    /// precedes the fence in S, and the sleeper's `pending` load, sequenced after the fence, sees the mark.
+    /// fence (an `mfence` on x86, on a latency-mode call's write). Sound by the C++20 rules of the single total
+    /// order S (the language's model, which Rust adopts): were this load to miss a sleeper's increment, it would
+    /// precede that increment in S, and so would the mark; the sleeper's fence follows its increment in S, hence
+    /// the mark precedes the fence in S, and the sleeper's `pending` load, sequenced after the fence, sees the mark.
     pub(crate) fn wake_sleepers_after_seq_cst_mark(&self) {
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.wake();
@@ -192,8 +192,9 @@ impl IdleBackoff {
         self.idle_unless(parker, seen, || false);
     }
 
-    /// [`IdleBackoff::idle`] for a thread whose producers wake it with [`Parker::wake_sleepers_after_seq_cst_mark`]: it parks
-    /// only if `pending()` finds no work (see [`Parker::park_unless`]).
+    /// [`IdleBackoff::idle`] for a thread whose producers wake it with
+    /// [`Parker::wake_sleepers_after_seq_cst_mark`]: it parks only if `pending()` finds no work (see
+    /// [`Parker::park_unless`]).
     pub(crate) fn idle_unless(&mut self, parker: &Parker, seen: u64, pending: impl Fn() -> bool) {
         self.idle = self.idle.saturating_add(1);
         let spin = self.spin_rounds();

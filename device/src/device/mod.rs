@@ -26,10 +26,10 @@
 //! payload too large) are refused with an error before anything is written.
 //!
 //! One file per job: `config.rs` (sizes, backend), `commands.rs` (block 0's commands), `messages.rs` (sends and
-//! calls; `correlation.rs` their ids, `waiters.rs` the calls in flight), `subscribers.rs` (events and replies), `snapshot.rs` (control blocks, counters), `faults.rs` (fault
-//! injection), `grants.rs` (restarts block 0 carries out under the host's grant), `health.rs` (heartbeat, loss,
-//! shutdown), `accounting.rs` (exactly-once hand-back), `routing.rs` (kernel-to-kernel messages between
-//! devices), `poll.rs` (the poller).
+//! calls; `correlation.rs` their ids, `waiters.rs` the calls in flight), `subscribers.rs` (events and replies),
+//! `snapshot.rs` (control blocks, counters), `faults.rs` (fault injection), `grants.rs` (restarts block 0 carries
+//! out under the host's grant), `health.rs` (heartbeat, loss, shutdown), `accounting.rs` (exactly-once hand-back),
+//! `routing.rs` (kernel-to-kernel messages between devices), `poll.rs` (the poller).
 
 mod accounting;
 mod commands;
