@@ -118,6 +118,26 @@ fn a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined() {
     assert_eq!(i64_of(&d.call(2, &7i64.to_le_bytes(), T).unwrap()), 7);
 }
 
+/// A call waiting on a wedged actor is answered when its slot is quarantined: its message is handed back, and the
+/// caller (a direct call: no waiter registered while it polls; one registered, or adopted, after) gets
+/// `Undelivered`, not a timeout.
+fn a_call_waiting_on_a_wedged_actor_is_answered_undelivered_when_its_slot_is_quarantined() {
+    let d = counter_device(2, Some(Duration::from_secs(30)));
+    d.inject(1, SlotFault::Wedge).unwrap();
+    let caller = {
+        let d = d.clone();
+        std::thread::spawn(move || d.call(1, &1i64.to_le_bytes(), T))
+    };
+    eventually("the call's message is in the wedged actor's inbox", || d.inbox_pending(1).unwrap() == 1);
+    d.quarantine(1).unwrap();
+    let answer = caller.join().expect("caller");
+    assert!(
+        matches!(answer, Err(DeviceError::Undelivered { slot: 1, reason: UndeliveredReason::Quarantined, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(i64_of(&d.call(0, &4i64.to_le_bytes(), T).unwrap()), 4, "the other slot answers");
+}
+
 /// A wedge is aimed at the incarnation it strikes. One that stopped before it saw the bit (its kill acknowledged
 /// first), or a bit set on a stopped slot, must not wedge the next incarnation: its create would never complete
 /// and its start would wait out its timeout (seen in the chaos soak as slow convergence). A wedged running
@@ -151,6 +171,7 @@ on_every_backend!(
     a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for,
     a_device_without_lost_after_is_never_declared_lost,
     a_wedged_actor_never_acknowledges_a_kill_until_its_slot_is_quarantined,
+    a_call_waiting_on_a_wedged_actor_is_answered_undelivered_when_its_slot_is_quarantined,
     a_wedge_left_on_a_stopped_slot_does_not_wedge_its_next_incarnation,
     a_halt_is_for_good_even_if_a_stall_ends_after_it,
 );
