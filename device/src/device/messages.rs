@@ -301,7 +301,7 @@ impl Device {
     ) -> Result<(u64, CallWait), DeviceError> {
         let id = correlation::next();
         let deadline = || clock.map(CallClock::deadline);
-        if let Some((cell, direct)) = waiters::own_cell().and_then(|cell| Some((cell, cell.try_begin(id)?))) {
+        if let Some((cell, direct)) = waiters::own_cell().and_then(|cell| cell.try_begin(id).map(|d| (cell, d))) {
             raw.correlation = direct;
             if let Err(e) = self.write_raw(slot, raw, payload, deadline) {
                 cell.end();
@@ -412,8 +412,11 @@ impl DeviceInner {
             CallWait::Direct(cell) => *cell,
         };
         let mut calls = self.calls.lock();
-        let waiter = match cell.withdraw(correlation) {
-            true => {
+        // not withdrawn: adopted under this lock, its waiter is in the cell
+        let adopted = if cell.withdraw(correlation) { None } else { cell.take_adopted(correlation) };
+        let waiter = match adopted {
+            Some(waiter) => waiter,
+            None => {
                 if let Some(e) = calls.closed_with() {
                     return Err(e);
                 }
@@ -421,12 +424,6 @@ impl DeviceInner {
                 calls.insert(correlation, waiter.clone());
                 waiter
             }
-            // adopted under this lock: its waiter is in the cell
-            false => cell.take_adopted(correlation).unwrap_or_else(|| {
-                let waiter = new_waiter();
-                calls.insert(correlation, waiter.clone());
-                waiter
-            }),
         };
         *wait = CallWait::Registered(waiter.clone());
         Ok(waiter)

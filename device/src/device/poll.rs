@@ -467,18 +467,17 @@ impl DeviceInner {
             Ok(_) => Ok(reply),
         };
         let correlation = reply.correlation;
-        let own = own.filter(|own| own.correlation == correlation);
-        // the caller's own direct call has no waiter, and nothing else answers it
-        let waiter = match own {
-            Some(_) if waiters::is_direct(correlation) => None,
-            _ => self.calls.lock().take(correlation),
-        };
-        match (own, waiter) {
-            (Some(own), waiter) if waiter.is_some() || waiters::is_direct(correlation) => {
-                own.answer = Some(answer(reply))
+        if let Some(own) = own.filter(|own| own.correlation == correlation) {
+            // the caller's own: a direct call has no waiter, a registered one's leaves the map (nothing else
+            // answers either)
+            if waiters::is_direct(correlation) || self.calls.lock().take(correlation).is_some() {
+                own.answer = Some(answer(reply));
+                return;
             }
-            (_, Some(w)) => w.complete(answer(reply)),
-            (_, None) => self.replies.push(reply),
+        }
+        match self.calls.lock().take(correlation) {
+            Some(w) => w.complete(answer(reply)),
+            None => self.replies.push(reply),
         }
     }
 }
