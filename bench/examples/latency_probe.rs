@@ -46,6 +46,42 @@ fn pin(tid: i32, cpu: usize) {
     }
 }
 
+/// Allows the calling thread and the device's threads every CPU again.
+fn unpin_all() {
+    // not available_parallelism: that counts the CPUs this (pinned) thread may use
+    // SAFETY: sysconf reads a system setting.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
+        if !(comm.starts_with("ringvisor-") || tid == std::process::id() as i32) {
+            continue;
+        }
+        // SAFETY: as in `pin`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for cpu in 0..cpus {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    // the calling thread (tid 0)
+    pin_many(0, cpus);
+}
+
+/// Allows thread `tid` CPUs 0..cpus.
+fn pin_many(tid: i32, cpus: usize) {
+    // SAFETY: as in `pin`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// `PIN`'s placement: the calling thread, then the device's threads found by name in /proc/self/task.
 fn place(spec: &str) {
     let cpus: Vec<usize> = spec.split(',').filter_map(|c| c.trim().parse().ok()).collect();
@@ -66,6 +102,28 @@ fn place(spec: &str) {
     }
 }
 
+/// Where the calling thread and the device's threads ran last: `name@cpu` for each, from /proc/self/task (the
+/// stat file's 39th field).
+fn placement() -> String {
+    let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        let caller = me.as_deref() == Some(entry.file_name().as_os_str());
+        if !(caller || comm.starts_with("ringvisor-")) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // fields after the parenthesised name: state is field 3, the CPU field 39
+        let cpu = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(36)).unwrap_or("?");
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim();
+        out.push(format!("{}@{cpu}[{allowed}]", if caller { "caller" } else { comm }));
+    }
+    out.join(" ")
+}
+
 fn main() {
     let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(40).max(1);
     let with_floor = std::env::var_os("NOFLOOR").is_none();
@@ -75,6 +133,13 @@ fn main() {
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     if let Ok(spec) = std::env::var("PIN") {
         place(&spec);
+        eprintln!("pinned: {}", placement());
+        if std::env::var_os("UNPIN").is_some() {
+            // every CPU allowed again: the threads stay where they are until the scheduler moves one, which is the
+            // trap as it arises unforced
+            unpin_all();
+            eprintln!("unpinned: {}", placement());
+        }
     }
     let payload = 7u64.to_le_bytes();
     let (mut calls, mut floors, mut slow) = (Vec::new(), Vec::new(), 0);
@@ -98,7 +163,7 @@ fn main() {
             let m = median(&mut call_ns);
             slow += usize::from(m > SLOW_BLOCK_NS);
             if m > SLOW_BLOCK_NS {
-                eprintln!("block {block}: median {m:.0} ns");
+                eprintln!("block {block}: median {m:.0} ns ({})", placement());
             }
             calls.push(m);
             if with_floor {

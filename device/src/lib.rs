@@ -24,6 +24,7 @@ mod busy_cores;
 pub mod c_layout;
 mod clock;
 mod codes;
+mod cpu_placement;
 mod device;
 pub mod error;
 pub mod event;

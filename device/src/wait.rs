@@ -181,6 +181,11 @@ impl IdleBackoff {
         self.idle = 0;
     }
 
+    /// Whether the idle rounds have passed the spinning ones: the last round yielded or parked.
+    pub(crate) fn past_spinning(&self) -> bool {
+        self.idle > self.spin_rounds()
+    }
+
     /// Whether this thread may park when idle: always, unless it is in the latency mode and has not found the
     /// cores busy lately (read without the clock: a watch that found them busy counts until it looks again).
     pub(crate) fn may_park(&self) -> bool {

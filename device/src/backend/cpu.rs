@@ -305,6 +305,10 @@ impl Executor for CpuExecutor {
         self.pool.tend();
     }
 
+    fn waiting_caller_yields(&self) {
+        self.pool.make_room_for_caller();
+    }
+
     fn describe(&self) -> String {
         format!(
             "cpu ({} workers shared by {} device(s), run set of {} slots per word, budget {})",

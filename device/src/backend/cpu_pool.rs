@@ -11,11 +11,12 @@
 //! pool replaces a worker stuck in one step for `CpuConfig::stuck_after`: the devices' pollers look ([`Pool::tend`])
 //! every few milliseconds, and the stuck worker leaves the pool when (if ever) its step returns.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::cpu_placement;
 use crate::error::DeviceError;
 use crate::sync::lock;
 use crate::wait::{HostThreads, IdleBackoff, Parker};
@@ -23,6 +24,13 @@ use crate::wait::{HostThreads, IdleBackoff, Parker};
 /// Empty sweeps an idle worker yields through, after its spinning ones, before it parks (as quick to find work
 /// as spinning on an idle machine; its core given away on a busy one).
 const WORKER_YIELD_ROUNDS: u32 = 64;
+
+/// A pool moves at most one worker off a waiting caller's CPU in this long ([`Pool::make_room_for_caller`]): a
+/// placement the move did not cure is not stirred again at every call.
+const MOVE_AT_MOST_EVERY: Duration = Duration::from_millis(1);
+
+/// A worker's CPU not recorded yet.
+const CPU_UNKNOWN: u32 = u32::MAX;
 
 /// A device's grid as the pool's workers see it (the CPU executor's `CpuShared`).
 pub(super) trait PoolGrid: Send + Sync {
@@ -73,6 +81,8 @@ pub(super) struct PoolInner {
     /// The workers whose threads have not left, with their progress (looked at by `tend` and `detach`).
     workers: Mutex<Vec<Watched>>,
     next_index: AtomicU32,
+    /// When a worker was last moved off a waiting caller's CPU.
+    last_move: Mutex<Option<Instant>>,
 }
 
 /// A worker's progress, on a cache line of its own (no other worker's pass writes it); written by the worker
@@ -87,6 +97,10 @@ pub(super) struct WorkerState {
     replaced: AtomicBool,
     /// The worker's thread has left.
     left: AtomicBool,
+    /// The worker's thread id (0 until it started, or where the system has none), to move it by.
+    tid: AtomicI32,
+    /// The CPU the worker was last seen on after a yield, in the latency mode ([`CPU_UNKNOWN`] before).
+    cpu: AtomicU32,
 }
 
 impl WorkerState {
@@ -124,6 +138,7 @@ impl Pool {
                 terminate: AtomicBool::new(false),
                 workers: Mutex::new(Vec::new()),
                 next_index: AtomicU32::new(0),
+                last_move: Mutex::new(None),
             }),
             threads: Mutex::new(Vec::new()),
         });
@@ -145,6 +160,8 @@ impl Pool {
             in_grid: AtomicUsize::new(0),
             replaced: AtomicBool::new(false),
             left: AtomicBool::new(false),
+            tid: AtomicI32::new(0),
+            cpu: AtomicU32::new(CPU_UNKNOWN),
         });
         let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
         let (inner, me) = (self.inner.clone(), state.clone());
@@ -226,6 +243,40 @@ impl Pool {
         }
     }
 
+    /// A caller waiting on a device of this pool spun past its busy window and is about to yield its CPU. In the
+    /// latency mode, if every worker was last seen on that CPU (queued behind the caller, which holds it, while
+    /// the other CPUs are kept busy by threads that never park: the trap of [`crate::cpu_placement`]), one of
+    /// them is moved off it; at most once per [`MOVE_AT_MOST_EVERY`]. Nothing in the default mode, whose idle
+    /// threads park (a core that goes idle pulls work to it).
+    pub(super) fn make_room_for_caller(&self) {
+        if !self.inner.key.threads.latency_mode {
+            return;
+        }
+        let Some(cpu) = cpu_placement::current_cpu() else { return };
+        let Ok(mut last_move) = self.inner.last_move.try_lock() else { return };
+        let now = Instant::now();
+        if last_move.is_some_and(|at| now.duration_since(at) < MOVE_AT_MOST_EVERY) {
+            return;
+        }
+        let tid = {
+            let workers = lock(&self.inner.workers);
+            let mut live = workers
+                .iter()
+                .map(|w| &w.state)
+                .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed));
+            let Some(first) = live.next() else { return };
+            // a worker seen elsewhere (or not seen yet) may well take the call: nothing to cure
+            if first.cpu.load(Ordering::Relaxed) != cpu || live.any(|s| s.cpu.load(Ordering::Relaxed) != cpu) {
+                return;
+            }
+            first.tid.load(Ordering::Relaxed)
+        };
+        *last_move = Some(now);
+        if tid != 0 && cpu_placement::move_off_cpu(tid, cpu) {
+            tracing::debug!(tid, cpu, "every cpu worker was queued on a waiting caller's CPU: moved one off it");
+        }
+    }
+
     /// Devices in the pool.
     pub(super) fn devices(&self) -> usize {
         self.inner.grids.read().unwrap_or_else(|e| e.into_inner()).len()
@@ -246,6 +297,10 @@ impl Drop for Pool {
 
 fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     pool.key.threads.enter();
+    let latency_mode = pool.key.threads.latency_mode;
+    if latency_mode {
+        me.tid.store(cpu_placement::current_thread_id().unwrap_or(0), Ordering::Relaxed);
+    }
     let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
         .yields(WORKER_YIELD_ROUNDS)
         .latency_mode(pool.key.threads.latency_mode);
@@ -277,6 +332,10 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
         } else {
             // a sender that marked a slot and saw no sleeper left its work for this check (see `mark_work`)
             backoff.idle_unless(&pool.parker, seen, || grids.iter().any(|g| g.has_marked_work()));
+            if latency_mode && backoff.past_spinning() {
+                // after a yield (the only idle round that may have moved it): where a waiting caller looks
+                me.cpu.store(cpu_placement::current_cpu().unwrap_or(CPU_UNKNOWN), Ordering::Relaxed);
+            }
         }
     }
 }
