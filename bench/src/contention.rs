@@ -77,7 +77,7 @@ pub fn contention_rows(samples: usize, restarts: usize) -> Vec<Row> {
     let gpu_restart = restart_latency(true, false, restarts);
     let gpu_restart_latency = restart_latency(true, true, restarts);
     let host_restart = restart_latency(false, false, restarts);
-    let (restart_device_part, restart_tree_part) = restart_breakdown(restarts);
+    let (restart_device_part, restart_tree_part) = restart_breakdown(false, restarts);
 
     let within_2x = |_: &Summary, _: &Summary, r: f64| r <= 2.0;
     let context = |_: &Summary, _: &Summary, _: f64| true;

@@ -384,14 +384,16 @@ fn restart_latency_rows(s: &Scale, condvar: stats::Summary) -> Vec<Row> {
     let restart_met = |v: &stats::Summary, _: &stats::Summary, r: f64| r <= 1.5 && v.p99 <= 500e3;
     rows.push(Row::new("restart latency, one_for_one", gpu, host.clone(), restart_target, restart_met));
     rows.push(Row::new("restart latency, one_for_one, latency mode", gpu_latency, host, restart_target, restart_met));
-    let (device_part, tree_part) = restart_breakdown(s.restart_samples);
-    rows.push(Row::new(
-        "restart latency, one_for_one: where the time goes",
-        device_part,
-        tree_part,
-        "(context: the device's part against the tree's)",
-        |_, _, _| true,
-    ));
+    for latency_mode in [false, true] {
+        let (device_part, tree_part) = restart_breakdown(latency_mode, s.restart_samples);
+        rows.push(Row::new(
+            "restart latency, one_for_one: where the time goes",
+            device_part,
+            tree_part,
+            "(context: the device's part against the tree's)",
+            |_, _, _| true,
+        ));
+    }
     rows
 }
 

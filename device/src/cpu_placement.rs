@@ -127,7 +127,8 @@ mod tests {
         let mut after: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: as in move_off_cpu.
         assert_eq!(unsafe { libc::sched_getaffinity(tid, size, &mut after) }, 0);
-        assert!(before == after, "the thread's affinity is what it was");
+        // SAFETY: reads both sets.
+        assert!(unsafe { libc::CPU_EQUAL(&before, &after) }, "the thread's affinity is what it was");
         done_tx.send(()).unwrap();
         t.join().unwrap();
     }

@@ -95,17 +95,18 @@ pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
     })
 }
 
-/// Where a GPU child's one_for_one restart spends its time (default mode): from the injected crash until the
+/// Where a GPU child's one_for_one restart spends its time (in the default mode, or the latency mode): from the injected crash until the
 /// host reads the slot's Failed event (the device's part: the crash message reaching the actor, block 0
 /// restarting it under the grant, the event read by the poller), and from there until the supervisor's
 /// `ChildStarted` reaches the waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping,
 /// the tree event). The event is seen by a hook on the device's event path (`Device::on_event`), on the thread
 /// that reads it.
-pub fn restart_breakdown(n: usize) -> (Summary, Summary) {
+pub fn restart_breakdown(latency_mode: bool, n: usize) -> (Summary, Summary) {
     let rt = tokio();
     rt.block_on(async {
         let child = ChildSpec::gpu("c", GpuChild::new("counter"));
-        let (r, handle, mut events) = one_child(child, DeviceConfig::default().slots(4)).await;
+        let (r, handle, mut events) =
+            one_child(child, DeviceConfig::default().slots(4).latency_mode(latency_mode)).await;
         let failed_at = Arc::new(Mutex::new(None::<Instant>));
         let seen = failed_at.clone();
         let hook: Arc<EventHook> = Arc::new(move |e: &SlotEvent| {
@@ -128,9 +129,18 @@ pub fn restart_breakdown(n: usize) -> (Summary, Summary) {
             }
         }
         r.shutdown().await;
+        let mode = if latency_mode { ", latency mode" } else { "" };
         (
-            Summary::of("GPU child: crash to its Failed event read on the host", device_part, Unit::Nanos),
-            Summary::of("GPU child: that event to the supervisor's ChildStarted", tree_part, Unit::Nanos),
+            Summary::of(
+                &format!("GPU child{mode}: crash to its Failed event read on the host"),
+                device_part,
+                Unit::Nanos,
+            ),
+            Summary::of(
+                &format!("GPU child{mode}: that event to the supervisor's ChildStarted"),
+                tree_part,
+                Unit::Nanos,
+            ),
         )
     })
 }

@@ -305,8 +305,8 @@ impl Executor for CpuExecutor {
         self.pool.tend();
     }
 
-    fn waiting_caller_yields(&self) {
-        self.pool.make_room_for_caller();
+    fn host_waiter_yields(&self) {
+        self.pool.make_room_for_waiter();
     }
 
     fn describe(&self) -> String {

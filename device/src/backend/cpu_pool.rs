@@ -25,7 +25,7 @@ use crate::wait::{HostThreads, IdleBackoff, Parker};
 /// as spinning on an idle machine; its core given away on a busy one).
 const WORKER_YIELD_ROUNDS: u32 = 64;
 
-/// A pool moves at most one worker off a waiting caller's CPU in this long ([`Pool::make_room_for_caller`]): a
+/// A pool moves at most one worker off a waiting host thread's CPU in this long ([`Pool::make_room_for_waiter`]): a
 /// placement the move did not cure is not stirred again at every call.
 const MOVE_AT_MOST_EVERY: Duration = Duration::from_millis(1);
 
@@ -112,6 +112,21 @@ impl WorkerState {
         self.steps.store(self.steps.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         r
     }
+}
+
+/// A live worker's thread id and the CPU it was last seen on.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    tid: i32,
+    cpu: u32,
+}
+
+/// The worker to move off a waiting caller's `cpu`: the first of `live`, if every one of them was last seen on
+/// that CPU (a worker seen elsewhere, or not seen yet, may well take the call: nothing to cure) and its thread id
+/// is known.
+fn worker_to_move(live: &[Seen], cpu: u32) -> Option<i32> {
+    let first = live.first()?;
+    (live.iter().all(|w| w.cpu == cpu) && first.tid != 0).then_some(first.tid)
 }
 
 /// A worker as `tend` last saw it.
@@ -243,12 +258,12 @@ impl Pool {
         }
     }
 
-    /// A caller waiting on a device of this pool spun past its busy window and is about to yield its CPU. In the
-    /// latency mode, if every worker was last seen on that CPU (queued behind the caller, which holds it, while
-    /// the other CPUs are kept busy by threads that never park: the trap of [`crate::cpu_placement`]), one of
-    /// them is moved off it; at most once per [`MOVE_AT_MOST_EVERY`]. Nothing in the default mode, whose idle
-    /// threads park (a core that goes idle pulls work to it).
-    pub(super) fn make_room_for_caller(&self) {
+    /// A host thread waiting on a device of this pool (a caller past its busy window, a producer for inbox room) is
+    /// about to yield its CPU. In the latency mode, if every worker was last seen on that CPU (queued behind the
+    /// waiting thread, which holds it, while the other CPUs are kept busy by threads that never park: the trap of
+    /// [`crate::cpu_placement`]), one of them is moved off it; at most once per [`MOVE_AT_MOST_EVERY`]. Nothing in
+    /// the default mode, whose idle threads park (a core that goes idle pulls work to it).
+    pub(super) fn make_room_for_waiter(&self) {
         if !self.inner.key.threads.latency_mode {
             return;
         }
@@ -258,21 +273,15 @@ impl Pool {
         if last_move.is_some_and(|at| now.duration_since(at) < MOVE_AT_MOST_EVERY) {
             return;
         }
-        let tid = {
-            let workers = lock(&self.inner.workers);
-            let mut live = workers
-                .iter()
-                .map(|w| &w.state)
-                .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed));
-            let Some(first) = live.next() else { return };
-            // a worker seen elsewhere (or not seen yet) may well take the call: nothing to cure
-            if first.cpu.load(Ordering::Relaxed) != cpu || live.any(|s| s.cpu.load(Ordering::Relaxed) != cpu) {
-                return;
-            }
-            first.tid.load(Ordering::Relaxed)
-        };
+        let live: Vec<Seen> = lock(&self.inner.workers)
+            .iter()
+            .map(|w| &w.state)
+            .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed))
+            .map(|s| Seen { tid: s.tid.load(Ordering::Relaxed), cpu: s.cpu.load(Ordering::Relaxed) })
+            .collect();
+        let Some(tid) = worker_to_move(&live, cpu) else { return };
         *last_move = Some(now);
-        if tid != 0 && cpu_placement::move_off_cpu(tid, cpu) {
+        if cpu_placement::move_off_cpu(tid, cpu) {
             tracing::debug!(tid, cpu, "every cpu worker was queued on a waiting caller's CPU: moved one off it");
         }
     }
@@ -335,6 +344,65 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
             if latency_mode && backoff.past_spinning() {
                 // after a yield (the only idle round that may have moved it): where a waiting caller looks
                 me.cpu.store(cpu_placement::current_cpu().unwrap_or(CPU_UNKNOWN), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(tid: i32, cpu: u32) -> Seen {
+        Seen { tid, cpu }
+    }
+
+    /// A worker is moved off a waiting caller's CPU only when every live worker was last seen there.
+    #[test]
+    fn a_worker_is_moved_only_when_every_worker_sits_on_the_callers_cpu() {
+        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, 0)], 0), Some(11), "all on the caller's CPU: the first");
+        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, 1)], 0), None, "one elsewhere takes the call");
+        assert_eq!(worker_to_move(&[seen(11, 1), seen(12, 1)], 0), None, "all elsewhere");
+        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, CPU_UNKNOWN)], 0), None, "one not seen yet");
+        assert_eq!(worker_to_move(&[seen(0, 0)], 0), None, "no thread id to move it by");
+        assert_eq!(worker_to_move(&[], 0), None, "no live worker");
+    }
+
+    /// In the latency mode every worker records its thread id at once and, once it yields, its CPU; the default
+    /// mode's workers record nothing (nothing moves them), and a pool there never moves one.
+    #[test]
+    fn latency_mode_workers_record_where_they_run_and_the_default_modes_do_not() {
+        for latency_mode in [true, false] {
+            let key = PoolKey {
+                workers: 2,
+                spin_sweeps: 1,
+                park_max: Duration::from_millis(1),
+                stuck_after: Duration::from_secs(10),
+                threads: HostThreads { latency_mode, slice: None },
+            };
+            let pool = Pool::for_key(key).expect("pool");
+            let recorded = || {
+                lock(&pool.inner.workers)
+                    .iter()
+                    .map(|w| (w.state.tid.load(Ordering::Relaxed), w.state.cpu.load(Ordering::Relaxed)))
+                    .collect::<Vec<_>>()
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            if latency_mode {
+                // idle workers yield at once (one spinning sweep): each soon records a CPU
+                while recorded().iter().any(|&(tid, cpu)| tid == 0 || cpu == CPU_UNKNOWN) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "latency-mode workers never recorded where they run: {:?}",
+                        recorded()
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(20));
+                assert!(recorded().iter().all(|&(tid, cpu)| tid == 0 && cpu == CPU_UNKNOWN), "{:?}", recorded());
+                pool.make_room_for_waiter();
+                assert!(lock(&pool.inner.last_move).is_none(), "the default mode never moves a worker");
             }
         }
     }

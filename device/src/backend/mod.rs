@@ -136,10 +136,10 @@ pub(crate) trait Executor: Send + Sync {
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
-    /// A caller waiting on this device spun past its busy window and is about to yield its CPU: an executor whose
-    /// threads may be queued on that CPU behind the caller moves one elsewhere (the CPU backend in the latency
-    /// mode: see `cpu_placement`).
-    fn waiting_caller_yields(&self) {}
+    /// A host thread waiting on this device (a caller past its busy window, a producer for inbox room) is about to
+    /// yield its CPU: an executor whose threads may be queued on that CPU behind it moves one elsewhere (the CPU
+    /// backend in the latency mode: see `cpu_placement`).
+    fn host_waiter_yields(&self) {}
     /// Looked at every few milliseconds by the device's poller: the CPU backend replaces a worker stuck in a
     /// behaviour that never returns.
     fn tend(&self) {}

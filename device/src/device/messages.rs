@@ -379,6 +379,8 @@ impl Device {
             inner.executor.wake();
             if let Some(deadline) = deadline.take() {
                 until = deadline();
+                // the first wait for room: the device's threads must not be queued behind this one
+                inner.executor.host_waiter_yields();
             }
             if !until.is_some_and(|d| retry.again(d)) {
                 return Err(DeviceError::InboxFull { slot });

@@ -300,7 +300,7 @@ impl DeviceInner {
             } else {
                 if lent.is_none() {
                     lent = Some(LentSlice::lend(self.thread_slice));
-                    self.executor.waiting_caller_yields();
+                    self.executor.host_waiter_yields();
                 }
                 std::thread::yield_now();
             }
