@@ -10,7 +10,10 @@
 //!
 //! `PIN=caller,poller,workers` pins the calling thread, the device's poller and its workers to those CPUs, to force
 //! a placement: `PIN=0,1,0` (the workers on the caller's CPU) is the trap's (run it with `NOFLOOR=1`: the floor's
-//! second thread would share the caller's CPU).
+//! second thread would share the caller's CPU). With `UNPIN` set as well, every CPU is allowed again right after:
+//! the threads stay where they were put until something moves them, which is the trap as it arises unforced (the
+//! device's cure, a waiting caller moving a worker off its CPU, cannot act on pinned threads). Each trapped
+//! block's line names where the threads last ran (`name@cpu[allowed]`).
 //!
 //! ```text
 //! cargo run --release -p ringvisor-bench --example latency_probe -- [BLOCKS, default 40]
