@@ -35,6 +35,7 @@ const CRATES: &[(&str, &str, Layers)] = &[
                 "sync",
                 "busy_cores",
                 "thread_slice",
+                "cpu_placement",
                 "wait",
                 "event",
                 "message",

@@ -54,34 +54,28 @@ fn unpin_all() {
     // not available_parallelism: that counts the CPUs this (pinned) thread may use
     // SAFETY: sysconf reads a system setting.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    allow_cpus(0, cpus);
     for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
         let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
-        if !(comm.starts_with("ringvisor-") || tid == std::process::id() as i32) {
-            continue;
-        }
-        // SAFETY: as in `pin`.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for cpu in 0..cpus {
-                libc::CPU_SET(cpu, &mut set);
-            }
-            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        if comm.starts_with("ringvisor-") {
+            allow_cpus(tid, cpus);
         }
     }
-    // the calling thread (tid 0)
-    pin_many(0, cpus);
 }
 
-/// Allows thread `tid` CPUs 0..cpus.
-fn pin_many(tid: i32, cpus: usize) {
+/// Allows thread `tid` (0: the calling thread) CPUs 0..cpus.
+fn allow_cpus(tid: i32, cpus: usize) {
     // SAFETY: as in `pin`.
-    unsafe {
+    let ok = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..cpus {
+        for cpu in 0..cpus.min(libc::CPU_SETSIZE as usize) {
             libc::CPU_SET(cpu, &mut set);
         }
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    if !ok {
+        eprintln!("cannot allow thread {tid} every CPU: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -105,8 +99,8 @@ fn place(spec: &str) {
     }
 }
 
-/// Where the calling thread and the device's threads ran last: `name@cpu` for each, from /proc/self/task (the
-/// stat file's 39th field).
+/// Where the calling thread and the device's threads ran last, and where they may run: `name@cpu[allowed]` for
+/// each, from /proc/self/task (the stat file's 39th field, the status file's `Cpus_allowed_list`).
 fn placement() -> String {
     let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
     let mut out = Vec::new();
