@@ -312,7 +312,7 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     }
     let mut backoff = IdleBackoff::new(pool.key.spin_sweeps, pool.key.park_max)
         .yields(WORKER_YIELD_ROUNDS)
-        .latency_mode(pool.key.threads.latency_mode);
+        .latency_mode(latency_mode);
     let mut grids: Vec<Grid> = Vec::new();
     let mut seen_generation = u64::MAX;
     let mut rotation = index;
