@@ -306,7 +306,7 @@ impl Executor for CpuExecutor {
     }
 
     fn host_waiter_yields(&self) {
-        self.pool.make_room_for_waiter();
+        let _ = self.pool.make_room_for_waiter();
     }
 
     fn describe(&self) -> String {

@@ -262,16 +262,17 @@ impl Pool {
     /// about to yield its CPU. In the latency mode, if every worker was last seen on that CPU (queued behind the
     /// waiting thread, which holds it, while the other CPUs are kept busy by threads that never park: the trap of
     /// [`crate::cpu_placement`]), one of them is moved off it; at most once per [`MOVE_AT_MOST_EVERY`]. Nothing in
-    /// the default mode, whose idle threads park (a core that goes idle pulls work to it).
-    pub(super) fn make_room_for_waiter(&self) {
+    /// the default mode, whose idle threads park (a core that goes idle pulls work to it). Returns the thread id of
+    /// the worker moved, if one was.
+    pub(super) fn make_room_for_waiter(&self) -> Option<i32> {
         if !self.inner.key.threads.latency_mode {
-            return;
+            return None;
         }
-        let Some(cpu) = cpu_placement::current_cpu() else { return };
-        let Ok(mut last_move) = self.inner.last_move.try_lock() else { return };
+        let cpu = cpu_placement::current_cpu()?;
+        let mut last_move = self.inner.last_move.try_lock().ok()?;
         let now = Instant::now();
         if last_move.is_some_and(|at| now.duration_since(at) < MOVE_AT_MOST_EVERY) {
-            return;
+            return None;
         }
         let live: Vec<Seen> = lock(&self.inner.workers)
             .iter()
@@ -279,11 +280,13 @@ impl Pool {
             .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed))
             .map(|s| Seen { tid: s.tid.load(Ordering::Relaxed), cpu: s.cpu.load(Ordering::Relaxed) })
             .collect();
-        let Some(tid) = worker_to_move(&live, cpu) else { return };
+        let tid = worker_to_move(&live, cpu)?;
         *last_move = Some(now);
-        if cpu_placement::move_off_cpu(tid, cpu) {
-            tracing::debug!(tid, cpu, "every cpu worker was queued on a waiting caller's CPU: moved one off it");
+        if !cpu_placement::move_off_cpu(tid, cpu) {
+            return None;
         }
+        tracing::debug!(tid, cpu, "every cpu worker was queued on a waiting caller's CPU: moved one off it");
+        Some(tid)
     }
 
     /// Devices in the pool.
@@ -401,9 +404,82 @@ mod tests {
             } else {
                 std::thread::sleep(Duration::from_millis(20));
                 assert!(recorded().iter().all(|&(tid, cpu)| tid == 0 && cpu == CPU_UNKNOWN), "{:?}", recorded());
-                pool.make_room_for_waiter();
-                assert!(lock(&pool.inner.last_move).is_none(), "the default mode never moves a worker");
+                assert_eq!(pool.make_room_for_waiter(), None, "the default mode never moves a worker");
+                assert!(lock(&pool.inner.last_move).is_none());
             }
         }
+    }
+
+    /// Sets thread `tid`'s affinity to `cpus` (0: the calling thread); false if the system refused.
+    #[cfg(target_os = "linux")]
+    fn set_affinity(tid: i32, cpus: &[usize]) -> bool {
+        // SAFETY: an all-zero cpu_set_t is an empty set; CPU_SET writes inside it (every CPU is below
+        // CPU_SETSIZE: they come from sched_getaffinity); sched_setaffinity reads it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in cpus {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
+    /// The CPUs thread `tid` may run on (0: the calling thread).
+    #[cfg(target_os = "linux")]
+    fn affinity(tid: i32) -> Vec<usize> {
+        // SAFETY: as in set_affinity; sched_getaffinity writes the set.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+            (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        }
+    }
+
+    /// The trap's placement made on purpose: both latency-mode workers on the waiting thread's CPU (pinned there
+    /// until they have recorded it, then allowed every CPU again). The waiter's call moves one of them off it,
+    /// which keeps every CPU it had; a second call within the millisecond moves nothing. On a machine (or a test
+    /// process) with one CPU there is nowhere to move a worker, and nothing is asserted.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_waiter_moves_one_worker_off_its_cpu_when_both_are_queued_there() {
+        let allowed = affinity(0);
+        if allowed.len() < 2 {
+            return;
+        }
+        let key = PoolKey {
+            workers: 2,
+            spin_sweeps: 1,
+            park_max: Duration::from_millis(1),
+            stuck_after: Duration::from_secs(11), // a pool of its own (the other tests' key has 10 s)
+            threads: HostThreads { latency_mode: true, slice: None },
+        };
+        let pool = Pool::for_key(key).expect("pool");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let states: Vec<Arc<WorkerState>> = lock(&pool.inner.workers).iter().map(|w| w.state.clone()).collect();
+        while states.iter().any(|s| s.tid.load(Ordering::Relaxed) == 0) {
+            assert!(Instant::now() < deadline, "the workers never recorded their thread ids");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let tids: Vec<i32> = states.iter().map(|s| s.tid.load(Ordering::Relaxed)).collect();
+        // this thread and both workers on one CPU, until each worker has been seen there
+        let cpu = allowed[0];
+        assert!(set_affinity(0, &[cpu]));
+        for &tid in &tids {
+            assert!(set_affinity(tid, &[cpu]));
+        }
+        while states.iter().any(|s| s.cpu.load(Ordering::Relaxed) != cpu as u32) {
+            assert!(Instant::now() < deadline, "the pinned workers never recorded their CPU");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for &tid in &tids {
+            assert!(set_affinity(tid, &allowed));
+        }
+        let moved = pool.make_room_for_waiter();
+        let again = pool.make_room_for_waiter();
+        assert!(set_affinity(0, &allowed));
+        let moved = moved.expect("both workers were on the waiter's CPU: one is moved");
+        assert!(tids.contains(&moved), "a worker of the pool is moved ({moved} not in {tids:?})");
+        assert_eq!(affinity(moved), allowed, "the moved worker keeps every CPU it had");
+        assert_eq!(again, None, "at most one move a millisecond");
     }
 }
