@@ -3,7 +3,7 @@
 //! latency mode), and [`Retry`], the
 //! bounded spin/yield/sleep loop of a producer waiting for room in a ring.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,13 +35,22 @@ impl HostThreads {
 pub(crate) struct Parker {
     epoch: AtomicU64,
     sleepers: AtomicU32,
+    /// A sender's wake-up ([`Parker::wake_sleepers_after_seq_cst_mark`]) is under way: the senders after it need
+    /// not wake the same sleepers again. Cleared by each thread before it checks for work and parks.
+    woken: AtomicBool,
     lock: Mutex<()>,
     cond: Condvar,
 }
 
 impl Parker {
     pub(crate) fn new() -> Self {
-        Self { epoch: AtomicU64::new(0), sleepers: AtomicU32::new(0), lock: Mutex::new(()), cond: Condvar::new() }
+        Self {
+            epoch: AtomicU64::new(0),
+            sleepers: AtomicU32::new(0),
+            woken: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            cond: Condvar::new(),
+        }
     }
 
     /// The current epoch; pass it to [`Parker::park`].
@@ -59,6 +68,9 @@ impl Parker {
     /// sleeper, which is what lets a producer skip the wake-up when it sees no sleeper
     /// ([`Parker::wake_sleepers_after_seq_cst_mark`]): either it sees this sleeper, or `pending` sees its work.
     pub(crate) fn park_unless(&self, seen: u64, timeout: Duration, pending: impl Fn() -> bool) {
+        // the next sender's mark wakes this thread (see wake_sleepers_after_seq_cst_mark); cleared before the
+        // count and the check below, so a sender that still saw it set marked before this check
+        self.woken.store(false, Ordering::SeqCst);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         // a store-buffer pair with the waker's mark and its load of `sleepers` (wake_sleepers_after_seq_cst_mark)
         fence(Ordering::SeqCst);
@@ -78,8 +90,19 @@ impl Parker {
     /// order S (the language's model, which Rust adopts): were this load to miss a sleeper's increment, it would
     /// precede that increment in S, and so would the mark; the sleeper's fence follows its increment in S, hence
     /// the mark precedes the fence in S, and the sleeper's `pending` load, sequenced after the fence, sees the mark.
+    ///
+    /// One wake-up per sleep, not one per sender: a sender that finds another's wake-up under way (`woken`, set by
+    /// the sender that woke, cleared by each thread before it counts itself and checks for work) writes nothing.
+    /// Sound by the same order: if this load of `woken` precedes a sleeper's clearing in S, so does the mark, and
+    /// the sleeper's `pending` load after it sees the mark; if it follows the clearing, the `true` it read was
+    /// stored after it by a sender whose wake-up then moves the epoch the sleeper read before it parks. Without
+    /// it, a producer sending to an idle pool's worker paid a system call on every send while the worker was
+    /// parked, and a flood of sends settled at 3 M/s where it ran at 20 (docs/benchmarks.md, session 18).
     pub(crate) fn wake_sleepers_after_seq_cst_mark(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
+        if self.sleepers.load(Ordering::SeqCst) > 0
+            && !self.woken.load(Ordering::SeqCst)
+            && !self.woken.swap(true, Ordering::SeqCst)
+        {
             self.wake();
         }
     }
@@ -364,5 +387,68 @@ mod tests {
             }
         }
         sleeper.join().expect("sleeper");
+    }
+
+    /// Several senders, each publishing work and calling `wake_sleepers_after_seq_cst_mark` without waiting for it
+    /// to be taken, so that most find another's wake-up under way and skip theirs: two sleepers, each parking for
+    /// an hour unless it sees work, still take every unit (a lost wake-up shows as units left after 30 s).
+    #[test]
+    fn senders_that_skip_a_wake_up_under_way_never_strand_a_sleeper() {
+        const SENDERS: u32 = 3;
+        const UNITS: u32 = 20_000;
+        let parker = Arc::new(Parker::new());
+        let work = Arc::new(AtomicU32::new(0));
+        let taken = Arc::new(AtomicU32::new(0));
+        let total = SENDERS * UNITS;
+        let sleepers: Vec<_> = (0..2u32)
+            .map(|k| {
+                let (p, w, t) = (parker.clone(), work.clone(), taken.clone());
+                std::thread::spawn(move || {
+                    let mut round = k;
+                    while t.load(Ordering::Acquire) < total {
+                        let seen = p.epoch();
+                        let got = w.swap(0, Ordering::AcqRel);
+                        if got != 0 {
+                            t.fetch_add(got, Ordering::AcqRel);
+                            continue;
+                        }
+                        round = round.wrapping_add(1);
+                        jitter(round);
+                        p.park_unless(seen, Duration::from_secs(3600), || {
+                            w.load(Ordering::Acquire) != 0 || t.load(Ordering::Acquire) >= total
+                        });
+                    }
+                })
+            })
+            .collect();
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|k| {
+                let (p, w) = (parker.clone(), work.clone());
+                std::thread::spawn(move || {
+                    for unit in 0..UNITS {
+                        jitter(unit.rotate_left(5 + k));
+                        w.fetch_add(1, Ordering::SeqCst);
+                        p.wake_sleepers_after_seq_cst_mark();
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.join().expect("sender");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while taken.load(Ordering::Acquire) < total {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {total} units taken after 30 s: a sleeper stayed parked with work published",
+                taken.load(Ordering::Acquire)
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // the last unit's taker ends its loop; the other sleeper may be parked: wake it to leave
+        parker.wake();
+        for s in sleepers {
+            s.join().expect("sleeper");
+        }
     }
 }
