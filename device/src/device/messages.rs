@@ -379,8 +379,11 @@ impl Device {
             inner.executor.wake();
             if let Some(deadline) = deadline.take() {
                 until = deadline();
-                // the first wait for room: the device's threads must not be queued behind this one
-                inner.executor.host_waiter_yields();
+                if until.is_some() {
+                    // the first wait for room: the device's threads must not be queued behind this one (a send
+                    // that does not wait yields nothing)
+                    inner.executor.host_waiter_yields();
+                }
             }
             if !until.is_some_and(|d| retry.again(d)) {
                 return Err(DeviceError::InboxFull { slot });

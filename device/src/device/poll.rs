@@ -468,17 +468,15 @@ impl DeviceInner {
             Ok(_) => Ok(reply),
         };
         let correlation = reply.correlation;
-        if let Some(own) = own.filter(|own| own.correlation == correlation) {
-            // the caller's own: a direct call has no waiter, a registered one's leaves the map (nothing else
-            // answers either)
-            if waiters::is_direct(correlation) || self.calls.lock().take(correlation).is_some() {
-                own.answer = Some(answer(reply));
-                return;
-            }
-        }
-        match self.calls.lock().take(correlation) {
-            Some(w) => w.complete(answer(reply)),
-            None => self.replies.push(reply),
+        let own = own.filter(|own| own.correlation == correlation);
+        // the caller's own: a direct call has no waiter, a registered one's leaves the map (nothing else answers
+        // either); the map's lock is taken once either way
+        let own_direct = own.is_some() && waiters::is_direct(correlation);
+        let waiter = if own_direct { None } else { self.calls.lock().take(correlation) };
+        match (own, waiter) {
+            (Some(own), waiter) if own_direct || waiter.is_some() => own.answer = Some(answer(reply)),
+            (_, Some(w)) => w.complete(answer(reply)),
+            (_, None) => self.replies.push(reply),
         }
     }
 }
