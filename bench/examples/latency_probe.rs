@@ -36,17 +36,33 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Pins thread `tid` (0: the calling thread) to `cpu`.
-fn pin(tid: i32, cpu: usize) {
-    // SAFETY: an all-zero cpu_set_t is an empty set; CPU_SET writes inside it; sched_setaffinity reads `set` only.
+/// Sets thread `tid`'s (0: the calling thread's) affinity to `cpus`.
+fn set_affinity(tid: i32, cpus: impl IntoIterator<Item = usize>) {
+    // SAFETY: an all-zero cpu_set_t is an empty set; CPU_SET writes inside it (CPUs past the set are skipped);
+    // sched_setaffinity reads `set` only.
     let ok = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for cpu in cpus.into_iter().filter(|&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
     };
     if !ok {
-        eprintln!("cannot pin thread {tid} to CPU {cpu}: {}", std::io::Error::last_os_error());
+        eprintln!("cannot set thread {tid}'s CPUs: {}", std::io::Error::last_os_error());
     }
+}
+
+/// This process's threads, from /proc/self/task: (thread id, name, its task directory).
+fn threads() -> Vec<(i32, String, std::path::PathBuf)> {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    tasks
+        .flatten()
+        .filter_map(|entry| {
+            let tid = entry.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            Some((tid, comm.trim().to_string(), entry.path()))
+        })
+        .collect()
 }
 
 /// Allows the calling thread and the device's threads every CPU again.
@@ -54,28 +70,11 @@ fn unpin_all() {
     // not available_parallelism: that counts the CPUs this (pinned) thread may use
     // SAFETY: sysconf reads a system setting.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    allow_cpus(0, cpus);
-    for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
+    set_affinity(0, 0..cpus);
+    for (tid, comm, _) in threads() {
         if comm.starts_with("ringvisor-") {
-            allow_cpus(tid, cpus);
+            set_affinity(tid, 0..cpus);
         }
-    }
-}
-
-/// Allows thread `tid` (0: the calling thread) CPUs 0..cpus.
-fn allow_cpus(tid: i32, cpus: usize) {
-    // SAFETY: as in `pin`.
-    let ok = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..cpus.min(libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    };
-    if !ok {
-        eprintln!("cannot allow thread {tid} every CPU: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -86,15 +85,12 @@ fn place(spec: &str) {
         eprintln!("PIN wants three CPUs: caller,poller,workers (got {spec:?})");
         std::process::exit(2);
     };
-    pin(0, caller);
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    for entry in tasks.flatten() {
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
+    set_affinity(0, [caller]);
+    for (tid, comm, _) in threads() {
         if comm.starts_with("ringvisor-polle") {
-            pin(tid, poller);
+            set_affinity(tid, [poller]);
         } else if comm.starts_with("ringvisor-cpu") {
-            pin(tid, workers);
+            set_affinity(tid, [workers]);
         }
     }
 }
@@ -102,21 +98,20 @@ fn place(spec: &str) {
 /// Where the calling thread and the device's threads ran last, and where they may run: `name@cpu[allowed]` for
 /// each, from /proc/self/task (the stat file's 39th field, the status file's `Cpus_allowed_list`).
 fn placement() -> String {
-    let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name().map(|n| n.to_owned()));
+    // SAFETY: gettid takes nothing and cannot fail.
+    let me = unsafe { libc::gettid() };
     let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        let comm = comm.trim();
-        let caller = me.as_deref() == Some(entry.file_name().as_os_str());
+    for (tid, comm, dir) in threads() {
+        let caller = tid == me;
         if !(caller || comm.starts_with("ringvisor-")) {
             continue;
         }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
         // fields after the parenthesised name: state is field 3, the CPU field 39
         let cpu = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(36)).unwrap_or("?");
-        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
         let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim();
-        out.push(format!("{}@{cpu}[{allowed}]", if caller { "caller" } else { comm }));
+        out.push(format!("{}@{cpu}[{allowed}]", if caller { "caller" } else { comm.as_str() }));
     }
     out.join(" ")
 }
