@@ -95,12 +95,12 @@ pub fn restart_latency(gpu: bool, latency_mode: bool, n: usize) -> Summary {
     })
 }
 
-/// Where a GPU child's one_for_one restart spends its time (in the default mode, or the latency mode): from the injected crash until the
-/// host reads the slot's Failed event (the device's part: the crash message reaching the actor, block 0
-/// restarting it under the grant, the event read by the poller), and from there until the supervisor's
-/// `ChildStarted` reaches the waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping,
-/// the tree event). The event is seen by a hook on the device's event path (`Device::on_event`), on the thread
-/// that reads it.
+/// Where a GPU child's one_for_one restart spends its time (in the default mode, or the latency mode): from the
+/// injected crash until the host reads the slot's Failed event (the device's part: the crash message reaching the
+/// actor, block 0 restarting it under the grant, the event read by the poller), and from there until the supervisor's
+/// `ChildStarted` reaches the waiter (the tree's part: the notice to the supervisor's mailbox, its bookkeeping, the
+/// tree event). The event is seen by a hook on the device's event path (`Device::on_event`), on the thread that reads
+/// it.
 pub fn restart_breakdown(latency_mode: bool, n: usize) -> (Summary, Summary) {
     let rt = tokio();
     rt.block_on(async {
