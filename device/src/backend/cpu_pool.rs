@@ -124,9 +124,9 @@ struct Seen {
 /// The worker to move off a waiting caller's `cpu`: the first of `live`, if every one of them was last seen on
 /// that CPU (a worker seen elsewhere, or not seen yet, may well take the call: nothing to cure) and its thread id
 /// is known.
-fn worker_to_move(live: &[Seen], cpu: u32) -> Option<i32> {
-    let first = live.first()?;
-    (live.iter().all(|w| w.cpu == cpu) && first.tid != 0).then_some(first.tid)
+fn worker_to_move(mut live: impl Iterator<Item = Seen>, cpu: u32) -> Option<i32> {
+    let first = live.next()?;
+    (first.cpu == cpu && live.all(|w| w.cpu == cpu) && first.tid != 0).then_some(first.tid)
 }
 
 /// A worker as `tend` last saw it.
@@ -274,13 +274,15 @@ impl Pool {
         if last_move.is_some_and(|at| now.duration_since(at) < MOVE_AT_MOST_EVERY) {
             return None;
         }
-        let live: Vec<Seen> = lock(&self.inner.workers)
-            .iter()
-            .map(|w| &w.state)
-            .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed))
-            .map(|s| Seen { tid: s.tid.load(Ordering::Relaxed), cpu: s.cpu.load(Ordering::Relaxed) })
-            .collect();
-        let tid = worker_to_move(&live, cpu)?;
+        let tid = {
+            let workers = lock(&self.inner.workers);
+            let live = workers
+                .iter()
+                .map(|w| &w.state)
+                .filter(|s| !s.left.load(Ordering::Acquire) && !s.replaced.load(Ordering::Relaxed))
+                .map(|s| Seen { tid: s.tid.load(Ordering::Relaxed), cpu: s.cpu.load(Ordering::Relaxed) });
+            worker_to_move(live, cpu)?
+        };
         *last_move = Some(now);
         if !cpu_placement::move_off_cpu(tid, cpu) {
             return None;
@@ -363,12 +365,16 @@ mod tests {
     /// A worker is moved off a waiting caller's CPU only when every live worker was last seen there.
     #[test]
     fn a_worker_is_moved_only_when_every_worker_sits_on_the_callers_cpu() {
-        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, 0)], 0), Some(11), "all on the caller's CPU: the first");
-        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, 1)], 0), None, "one elsewhere takes the call");
-        assert_eq!(worker_to_move(&[seen(11, 1), seen(12, 1)], 0), None, "all elsewhere");
-        assert_eq!(worker_to_move(&[seen(11, 0), seen(12, CPU_UNKNOWN)], 0), None, "one not seen yet");
-        assert_eq!(worker_to_move(&[seen(0, 0)], 0), None, "no thread id to move it by");
-        assert_eq!(worker_to_move(&[], 0), None, "no live worker");
+        assert_eq!(
+            worker_to_move([seen(11, 0), seen(12, 0)].into_iter(), 0),
+            Some(11),
+            "all on the caller's CPU: the first"
+        );
+        assert_eq!(worker_to_move([seen(11, 0), seen(12, 1)].into_iter(), 0), None, "one elsewhere takes the call");
+        assert_eq!(worker_to_move([seen(11, 1), seen(12, 1)].into_iter(), 0), None, "all elsewhere");
+        assert_eq!(worker_to_move([seen(11, 0), seen(12, CPU_UNKNOWN)].into_iter(), 0), None, "one not seen yet");
+        assert_eq!(worker_to_move([seen(0, 0)].into_iter(), 0), None, "no thread id to move it by");
+        assert_eq!(worker_to_move([].into_iter(), 0), None, "no live worker");
     }
 
     /// In the latency mode every worker records its thread id at once and, once it yields, its CPU; the default
