@@ -402,32 +402,27 @@ fn restart_latency_rows(s: &Scale, condvar: stats::Summary) -> Vec<Row> {
 fn send_rows(s: &Scale) -> Vec<Row> {
     eprintln!("one-way throughput ...");
     let mut rows = Vec::new();
-    let one = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Single);
-    let two = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Single);
-    let one_b = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Batch(32));
-    let two_b = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Batch(32));
-    let one_c = device_one_way(1, s.throughput_messages, s.throughput_runs, Sending::Coalesced);
-    let two_c = device_one_way(2, s.throughput_messages, s.throughput_runs, Sending::Coalesced);
+    let runs = |producers, how| device_one_way(producers, s.throughput_messages, s.throughput_runs, how);
+    let rows_of = [
+        ("one-way, 64 B, 1 producer", 1, Sending::Single),
+        ("one-way, 64 B, 2 producers", 2, Sending::Single),
+        ("one-way, 64 B, 1 producer, batches of 32", 1, Sending::Batch(32)),
+        ("one-way, 64 B, 2 producers, batches of 32", 2, Sending::Batch(32)),
+        ("one-way, 64 B, 1 producer, coalescing sender", 1, Sending::Coalesced),
+        ("one-way, 64 B, 2 producers, coalescing sender", 2, Sending::Coalesced),
+    ]
+    .map(|(scenario, producers, how)| (scenario, producers, runs(producers, how)));
     let cast1 = ractor_cast(1, s.throughput_messages, s.throughput_runs);
     let cast2 = ractor_cast(2, s.throughput_messages, s.throughput_runs);
-    let chan = crossbeam_channel(s.throughput_messages, s.throughput_runs);
     let fifteen_m = |v: &stats::Summary| v.median >= 15e6;
     let vs_cast = ">= 15 M/s and >= 2x ractor cast";
-    let vs_chan = ">= 0.5x the crossbeam channel";
-    for (scenario, ringvisor, cast) in [
-        ("one-way, 64 B, 1 producer", &one, &cast1),
-        ("one-way, 64 B, 2 producers", &two, &cast2),
-        ("one-way, 64 B, 1 producer, batches of 32", &one_b, &cast1),
-        ("one-way, 64 B, 2 producers, batches of 32", &two_b, &cast2),
-        ("one-way, 64 B, 1 producer, coalescing sender", &one_c, &cast1),
-        ("one-way, 64 B, 2 producers, coalescing sender", &two_c, &cast2),
-    ] {
+    let vs_chan = ">= 0.5x the crossbeam channel (runs in turn)";
+    for (scenario, producers, (ringvisor, chan)) in rows_of {
+        let cast = if producers == 1 { &cast1 } else { &cast2 };
         rows.push(Row::new(scenario, ringvisor.clone(), cast.clone(), vs_cast, move |v, _, r| {
             fifteen_m(v) && r >= 2.0
         }));
-        if scenario.contains("1 producer") || scenario.contains("coalescing") {
-            rows.push(Row::new(scenario, ringvisor.clone(), chan.clone(), vs_chan, |_, _, r| r >= 0.5));
-        }
+        rows.push(Row::new(scenario, ringvisor, chan, vs_chan, |_, _, r| r >= 0.5));
     }
     rows
 }

@@ -25,8 +25,12 @@ pub enum Sending {
 
 /// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors, each producer to its own
 /// slots in turn (a message, or a batch, to each), as `how` says, until `messages` are processed; one sample per
-/// run, in messages per second.
-pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) -> Summary {
+/// run, in messages per second. Each run is followed by a run of the crossbeam channel with as many producers
+/// ([`crossbeam_run`]), the second summary: the two are measured in turn, not one row after the other, because
+/// this VM's cross-core transfers switch between two speeds for seconds at a time (a slow mode that costs a
+/// flood of sends 6x and the channel 3x, docs/benchmarks.md): a ratio of rows measured seconds apart compared
+/// two different machines.
+pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) -> (Summary, Summary) {
     const SLOTS: u32 = 64;
     let device =
         Device::open(DeviceConfig::default().slots(SLOTS).inbox_capacity(4096).state_bytes(64)).expect("device");
@@ -34,7 +38,7 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) 
         device.create(s, "counter", &[]).expect("create").wait_blocking(T).expect("created");
     }
     let processed = |d: &Device| (0..SLOTS).map(|s| d.snapshot(s).expect("snapshot").messages_processed).sum::<u64>();
-    let mut samples = Vec::with_capacity(runs);
+    let (mut samples, mut chan) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for _ in 0..runs {
         let base = processed(&device);
         let t0 = Instant::now();
@@ -80,6 +84,7 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) 
             std::thread::sleep(Duration::from_micros(50));
         }
         samples.push(total as f64 / t0.elapsed().as_secs_f64());
+        chan.push(crossbeam_run(producers, messages));
     }
     device.shutdown();
     let how = match how {
@@ -87,7 +92,10 @@ pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) 
         Sending::Batch(n) => format!("send_batch({n})"),
         Sending::Coalesced => "SlotSender::send".to_string(),
     };
-    Summary::of(&format!("ringvisor {how}, {producers} producer(s)"), samples, Unit::PerSecond)
+    (
+        Summary::of(&format!("ringvisor {how}, {producers} producer(s)"), samples, Unit::PerSecond),
+        Summary::of(&format!("crossbeam bounded channel, {producers} producer(s)"), chan, Unit::PerSecond),
+    )
 }
 
 struct Count;
@@ -166,27 +174,35 @@ where
     out
 }
 
-/// A crossbeam bounded channel (capacity 4,096) from one thread to another: the ceiling of a bare ring.
-pub fn crossbeam_channel(messages: u64, runs: usize) -> Summary {
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let (tx, rx) = crossbeam::channel::bounded::<[u8; 64]>(4096);
-        let t0 = Instant::now();
-        let consumer = std::thread::spawn(move || {
-            let mut sum = 0u64;
-            while let Ok(p) = rx.recv() {
-                sum += u64::from(p[0]);
-            }
-            sum
-        });
-        for _ in 0..messages {
-            tx.send(PAYLOAD).expect("send");
+/// A crossbeam bounded channel (capacity 4,096) of 64-byte arrays from `producers` threads to one consumer, the
+/// ceiling of a bare ring: one run of `messages` (split among the producers), in messages per second.
+pub fn crossbeam_run(producers: u32, messages: u64) -> f64 {
+    let (tx, rx) = crossbeam::channel::bounded::<[u8; 64]>(4096);
+    let each = messages / u64::from(producers);
+    let t0 = Instant::now();
+    let consumer = std::thread::spawn(move || {
+        let mut sum = 0u64;
+        while let Ok(p) = rx.recv() {
+            sum += u64::from(p[0]);
         }
-        drop(tx);
-        assert_eq!(consumer.join().expect("consumer"), messages);
-        samples.push(messages as f64 / t0.elapsed().as_secs_f64());
+        sum
+    });
+    let senders: Vec<_> = (0..producers)
+        .map(|_| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    tx.send(PAYLOAD).expect("send");
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    for t in senders {
+        t.join().expect("producer");
     }
-    Summary::of("crossbeam bounded channel, 1 producer", samples, Unit::PerSecond)
+    assert_eq!(consumer.join().expect("consumer"), each * u64::from(producers));
+    (each * u64::from(producers)) as f64 / t0.elapsed().as_secs_f64()
 }
 
 /// One producer sending `size`-byte messages one way to `echo` GPU actors (no reply: the host copies each into
