@@ -219,18 +219,19 @@ impl DeviceInner {
         })
     }
 
-    /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's
-    /// outbox tail itself (a load of a line the device writes) and reads the outbox only when the tail moved,
-    /// taking its own reply straight from the cell, with no waiter (a direct call, `waiters.rs`; the reply is
-    /// there before the executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep).
-    /// Each round it also looks for a waiter someone left for the call (`wait`: adopted). When block 0
-    /// published events (one may end the call: the actor failed, the message was handed back), every
-    /// [`ASSIST_FULL_POLL_EVERY`] rounds regardless, and every round once it yields, it polls the whole device and
-    /// the other devices of its router (an answer forwarded from elsewhere). Replies in other slots' outboxes do
-    /// not make it poll the whole device: they are not its answer, and the executor's word about them stays set
-    /// after its own reply was taken here, so every call would begin with a whole poll (its read-modify-writes of
-    /// the lines the workers mark: a tenth of a latency-mode call loop's samples); they wait for the next whole
-    /// poll, or for the poller, which the last caller to stop polling wakes.
+    /// [`DeviceInner::assist`] for a call to `slot` (correlation `correlation`): the caller watches that slot's outbox
+    /// tail itself (a load of a line the device writes) and reads the outbox only when the tail moved, taking its own
+    /// reply straight from the cell, with no waiter (a direct call, `waiters.rs`; the reply is there before the
+    /// executor's word that the slot has replies, a GPU block's doorbell, rung after its sweep). Each round it also
+    /// asks for the lines of the cell the reply will fill (a prefetch: the cell's lines move with the tail's instead of
+    /// after it; a latency-mode call 291 -> 281 ns in the VM's fast mode, docs/benchmarks.md) and looks for a waiter
+    /// someone left for the call (`wait`: adopted). When block 0 published events (one may end the call: the actor
+    /// failed, the message was handed back), every [`ASSIST_FULL_POLL_EVERY`] rounds regardless, and every round once
+    /// it yields, it polls the whole device and the other devices of its router (an answer forwarded from elsewhere).
+    /// Replies in other slots' outboxes do not make it poll the whole device: they are not its answer, and the
+    /// executor's word about them stays set after its own reply was taken here, so every call would begin with a whole
+    /// poll (its read-modify-writes of the lines the workers mark: a tenth of a latency-mode call loop's samples); they
+    /// wait for the next whole poll, or for the poller, which the last caller to stop polling wakes.
     pub(super) fn assist_call(
         &self,
         wait: &mut CallWait,
@@ -247,6 +248,11 @@ impl DeviceInner {
             || wait.try_take(correlation),
             clock,
             |device, whole_poll_due| {
+                if let Some(t) = seen_tail {
+                    // the cell the reply will fill, asked for with the tail: once the device wrote both, the two
+                    // lines travel together rather than the cell after the tail was seen
+                    device.grid.prefetch_outbox_cell(slot, t);
+                }
                 let tail = device.grid.outbox_tail(slot);
                 if seen_tail != Some(tail) {
                     // the outbox is read up to this tail at least, unless someone else holds the poll state (then
