@@ -165,15 +165,14 @@ impl SharedGrid {
         self.cell(self.config.off_outboxes, slot, self.config.outbox_capacity, index)
     }
 
-    /// Asks for the lines of `slot`'s outbox cell `index` (a hint: no load, no ordering).
+    /// Asks for the cache lines of `slot`'s outbox cell `index` (a hint: no load, no ordering; nothing off x86-64).
     pub(crate) fn prefetch_outbox_cell(&self, slot: u32, index: u32) {
         let cell = self.outbox_cell(slot, index) as *const i8;
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads nothing the program sees and cannot fault; the cell is in bounds.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(cell);
-            _mm_prefetch::<_MM_HINT_T0>(cell.add(64));
+        for line in (0..std::mem::size_of::<RawEnvelope>()).step_by(64) {
+            // SAFETY: `line` is inside the cell (in bounds of the outbox array); a prefetch reads nothing the
+            // program sees and cannot fault.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.add(line)) }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = cell;

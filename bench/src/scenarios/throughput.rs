@@ -26,10 +26,10 @@ pub enum Sending {
 /// ringvisor: `producers` threads send 64-byte messages one way into 64 counter actors, each producer to its own
 /// slots in turn (a message, or a batch, to each), as `how` says, until `messages` are processed; one sample per
 /// run, in messages per second. Each run is followed by a run of the crossbeam channel with as many producers
-/// ([`crossbeam_run`]), the second summary: the two are measured in turn, not one row after the other, because
-/// this VM's cross-core transfers switch between two speeds for seconds at a time (a slow mode that costs a
-/// flood of sends 6x and the channel 3x, docs/benchmarks.md): a ratio of rows measured seconds apart compared
-/// two different machines.
+/// ([`crossbeam_run`], the device idle meanwhile: its workers park within a millisecond), the second summary: the
+/// two are measured in turn, not one row after the other, because a machine's cross-core transfers can switch
+/// between two speeds for seconds at a time (the development VM's slow mode costs a flood of sends 6x and the
+/// channel 3x, docs/benchmarks.md): a ratio of rows measured seconds apart compared two different machines.
 pub fn device_one_way(producers: u32, messages: u64, runs: usize, how: Sending) -> (Summary, Summary) {
     const SLOTS: u32 = 64;
     let device =
