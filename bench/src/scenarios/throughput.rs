@@ -179,6 +179,7 @@ where
 pub fn crossbeam_run(producers: u32, messages: u64) -> f64 {
     let (tx, rx) = crossbeam::channel::bounded::<[u8; 64]>(4096);
     let each = messages / u64::from(producers);
+    let total = each * u64::from(producers);
     let t0 = Instant::now();
     let consumer = std::thread::spawn(move || {
         let mut sum = 0u64;
@@ -201,8 +202,8 @@ pub fn crossbeam_run(producers: u32, messages: u64) -> f64 {
     for t in senders {
         t.join().expect("producer");
     }
-    assert_eq!(consumer.join().expect("consumer"), each * u64::from(producers));
-    (each * u64::from(producers)) as f64 / t0.elapsed().as_secs_f64()
+    assert_eq!(consumer.join().expect("consumer"), total);
+    total as f64 / t0.elapsed().as_secs_f64()
 }
 
 /// One producer sending `size`-byte messages one way to `echo` GPU actors (no reply: the host copies each into
