@@ -204,6 +204,25 @@ impl IdleBackoff {
         self.idle = 0;
     }
 
+    /// Pauses the spinning rounds have left before the thread yields (0 once past them).
+    pub(crate) fn spinning_pauses_left(&self) -> u32 {
+        self.spin_rounds().saturating_sub(self.idle).saturating_mul(self.pauses_per_round())
+    }
+
+    /// `pauses` of the spinning rounds spent elsewhere (a CPU worker watching a slot): counted as rounds.
+    pub(crate) fn spun_pauses(&mut self, pauses: u32) {
+        self.idle = self.idle.saturating_add(pauses.div_ceil(self.pauses_per_round()));
+    }
+
+    /// Pauses per spinning round: one in the latency mode (see [`IdleBackoff::latency_mode`]).
+    fn pauses_per_round(&self) -> u32 {
+        if self.never_park {
+            1
+        } else {
+            pauses_per_spin()
+        }
+    }
+
     /// Whether the idle rounds have passed the spinning ones: the last round yielded or parked.
     pub(crate) fn past_spinning(&self) -> bool {
         self.idle > self.spin_rounds()
@@ -227,8 +246,7 @@ impl IdleBackoff {
         self.idle = self.idle.saturating_add(1);
         let spin = self.spin_rounds();
         if self.idle <= spin {
-            let pauses = if self.never_park { 1 } else { pauses_per_spin() };
-            for _ in 0..pauses {
+            for _ in 0..self.pauses_per_round() {
                 std::hint::spin_loop();
             }
         } else if self.never_park && !self.watch.cores_busy() {

@@ -86,6 +86,31 @@ extern "C" uint32_t rv_cpu_summary(const rv_grid_view *v, uint32_t index) {
     return rv_load_relaxed_dev_u32(&v->work_summary[index]);
 }
 
+/* `slot`'s `host_seq` (0 for a slot out of range): the word the host bumps, with a releasing store, after every
+ * write its actor must notice. A worker watching the slot (the CPU executor's `watch`) loads it in each round and
+ * runs the slot's step when it moves; the step reads what was published with its own acquiring loads, so this
+ * load is relaxed. */
+extern "C" uint32_t rv_cpu_host_seq(const rv_grid_view *v, uint32_t slot) {
+    if (slot >= v->slot_count) return 0;
+    return rv_load_relaxed_u32(&v->blocks[slot].host_seq);
+}
+
+/* What the run set marks, for a worker watching `slot`: 0 nothing, 1 `slot` alone, 2 another slot (the worker
+ * goes back to its passes). Loads only: a hint, as the summary is (a mark that lands after the look is seen at
+ * the next). */
+extern "C" uint32_t rv_cpu_watch_marks(const rv_grid_view *v, uint32_t slot) {
+    if (slot >= v->slot_count) return 2;
+    uint32_t own_word = slot >> 5;
+    for (uint32_t i = 0; i < rv_cpu_summary_words(v); ++i) {
+        uint32_t words = rv_load_relaxed_dev_u32(&v->work_summary[i]);
+        if (i == own_word >> 5) words &= ~(1u << (own_word & 31u));
+        if (words != 0) return 2;
+    }
+    uint32_t marks = rv_load_relaxed_dev_u32(&v->work[own_word]);
+    if ((marks & ~(1u << (slot & 31u))) != 0) return 2;
+    return marks != 0 ? 1 : 0;
+}
+
 /* Asks for the lines the step of `slot` reads first from what the host wrote (the control block's line 3, with
  * `host_seq` and the inbox tail, and the inbox cell at the actor's head: the message the mark announces), before
  * the taker's read-modify-writes of the run set. A locked instruction holds back every load after it until it

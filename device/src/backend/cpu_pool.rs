@@ -34,8 +34,16 @@ const CPU_UNKNOWN: u32 = u32::MAX;
 
 /// A device's grid as the pool's workers see it (the CPU executor's `CpuShared`).
 pub(super) trait PoolGrid: Send + Sync {
-    /// One worker's pass over the grid; true if a step made progress. `rotation` varies where a worker starts.
-    fn pass(&self, me: &WorkerState, rotation: usize) -> bool;
+    /// One worker's pass over the grid. `rotation` varies where a worker starts.
+    fn pass(&self, me: &WorkerState, rotation: usize) -> Pass;
+    /// Up to `pauses` of an idle worker's spinning rounds spent watching `slot` (the one whose step replied last
+    /// in this worker's passes): a call's next message usually goes to the slot that answered the last. The
+    /// watcher runs the slot's step as soon as the host publishes to it, ahead of the run set's mark, which the
+    /// host still sets: the mark is how the other workers, and this one's next pass, find the work (a watch is a
+    /// quicker look, never the only one), and the step it leads to finds nothing more. Back to the passes at
+    /// the first mark of another slot in the run set, or when `elsewhere` (the pool's other grids) finds work.
+    /// A grid watched by another worker already returns at once.
+    fn watch(&self, me: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch;
     /// Whether the grid has work marked (a worker about to park looks once more).
     fn has_marked_work(&self) -> bool;
     /// Set when the device shuts down: no worker starts a step of it ([`Pool::detach`]).
@@ -43,6 +51,27 @@ pub(super) trait PoolGrid: Send + Sync {
 }
 
 type Grid = Arc<dyn PoolGrid>;
+
+/// What a worker's pass over a grid did.
+pub(super) struct Pass {
+    /// A step made progress.
+    pub(super) progress: bool,
+    /// The last slot whose step replied (the one to watch).
+    pub(super) replied: Option<u32>,
+}
+
+/// What a watch did ([`PoolGrid::watch`]).
+#[derive(Default)]
+pub(super) struct Watch {
+    /// Pauses spent.
+    pub(super) pauses: u32,
+    /// A step made progress, or the run set has marks: the worker's next pass has work.
+    pub(super) found_work: bool,
+}
+
+/// Most pauses of one watch: the worker's passes (block 0's step, the pool's other grids) come at least this
+/// often (a few microseconds).
+const WATCH_PAUSES: u32 = 256;
 
 /// The address that identifies a grid.
 fn address(grid: &Grid) -> usize {
@@ -104,6 +133,18 @@ pub(super) struct WorkerState {
 }
 
 impl WorkerState {
+    /// A worker not started yet.
+    pub(super) fn new() -> Self {
+        Self {
+            steps: AtomicU64::new(0),
+            in_grid: AtomicUsize::new(0),
+            replaced: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            tid: AtomicI32::new(0),
+            cpu: AtomicU32::new(CPU_UNKNOWN),
+        }
+    }
+
     /// Brackets one step (block 0's or an actor's) for the stuck-worker check.
     pub(super) fn step<R>(&self, f: impl FnOnce() -> R) -> R {
         // only this worker writes `steps`: a plain increment (no locked instruction on the step's path)
@@ -170,14 +211,7 @@ impl Pool {
     }
 
     fn spawn_worker(&self) -> Result<(), DeviceError> {
-        let state = Arc::new(WorkerState {
-            steps: AtomicU64::new(0),
-            in_grid: AtomicUsize::new(0),
-            replaced: AtomicBool::new(false),
-            left: AtomicBool::new(false),
-            tid: AtomicI32::new(0),
-            cpu: AtomicU32::new(CPU_UNKNOWN),
-        });
+        let state = Arc::new(WorkerState::new());
         let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
         let (inner, me) = (self.inner.clone(), state.clone());
         let handle = std::thread::Builder::new()
@@ -321,26 +355,34 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     let mut grids: Vec<Grid> = Vec::new();
     let mut seen_generation = u64::MAX;
     let mut rotation = index;
+    // the grid (its index in `grids`) and slot whose step replied last: what an idle spinning round watches
+    let mut watched: Option<(usize, u32)> = None;
     while !pool.terminate.load(Ordering::Acquire) {
         let generation = pool.generation.load(Ordering::Acquire);
         if generation != seen_generation {
             grids = pool.grids.read().unwrap_or_else(|e| e.into_inner()).clone();
             seen_generation = generation;
+            watched = None;
         }
         let seen = pool.parker.epoch();
         let mut progress = false;
-        for grid in &grids {
-            // Dekker's pair with `detach` (SeqCst): either it sees this worker in the grid, or this sees it ended.
-            me.in_grid.store(address(grid), Ordering::SeqCst);
-            if !grid.terminating().load(Ordering::SeqCst) {
-                progress |= grid.pass(me, rotation);
+        for (i, grid) in grids.iter().enumerate() {
+            let pass = in_grid(me, grid, |grid| grid.pass(me, rotation));
+            if let Some(pass) = pass {
+                progress |= pass.progress;
+                watched = pass.replied.map(|slot| (i, slot)).or(watched);
             }
-            me.in_grid.store(0, Ordering::Release);
             if me.replaced.load(Ordering::Relaxed) {
                 return;
             }
         }
         rotation = rotation.wrapping_add(1);
+        if !progress {
+            progress = watch(me, &grids, watched, &mut backoff);
+            if me.replaced.load(Ordering::Relaxed) {
+                return;
+            }
+        }
         if progress {
             backoff.reset();
         } else {
@@ -354,12 +396,118 @@ fn worker(pool: &PoolInner, me: &WorkerState, index: usize) {
     }
 }
 
+/// Runs `f` on `grid` with the worker counted in it (`None` if the grid is shutting down).
+fn in_grid<R>(me: &WorkerState, grid: &Grid, f: impl FnOnce(&Grid) -> R) -> Option<R> {
+    // Dekker's pair with `detach` (SeqCst): either it sees this worker in the grid, or this sees it ended.
+    me.in_grid.store(address(grid), Ordering::SeqCst);
+    let out = (!grid.terminating().load(Ordering::SeqCst)).then(|| f(grid));
+    me.in_grid.store(0, Ordering::Release);
+    out
+}
+
+/// An idle worker's spinning rounds spent watching the slot that replied last (`watched`, [`PoolGrid::watch`]),
+/// as many as its backoff has left to spin, at most [`WATCH_PAUSES`]; the pauses spent count as spun. Returns
+/// whether it found work (false also when there was nothing to watch: the worker's ordinary idle round follows).
+fn watch(me: &WorkerState, grids: &[Grid], watched: Option<(usize, u32)>, backoff: &mut IdleBackoff) -> bool {
+    let Some((index, slot)) = watched.filter(|&(i, _)| i < grids.len()) else { return false };
+    let pauses = backoff.spinning_pauses_left().min(WATCH_PAUSES);
+    if pauses == 0 {
+        return false;
+    }
+    let elsewhere = || grids.iter().enumerate().any(|(i, g)| i != index && g.has_marked_work());
+    let watch = in_grid(me, &grids[index], |grid| grid.watch(me, slot, pauses, &elsewhere)).unwrap_or_default();
+    backoff.spun_pauses(watch.pauses);
+    watch.found_work
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn seen(tid: i32, cpu: u32) -> Seen {
         Seen { tid, cpu }
+    }
+
+    /// A grid that records the watches asked of it and answers with `found`; `marked`: its run set has marks.
+    struct FakeGrid {
+        watches: Mutex<Vec<(u32, u32)>>,
+        found: bool,
+        marked: bool,
+        terminating: AtomicBool,
+    }
+
+    impl FakeGrid {
+        fn new(found: bool, marked: bool) -> Arc<Self> {
+            Arc::new(Self { watches: Mutex::new(Vec::new()), found, marked, terminating: AtomicBool::new(false) })
+        }
+
+        fn watches(&self) -> Vec<(u32, u32)> {
+            self.watches.lock().unwrap().clone()
+        }
+    }
+
+    /// The pool's list of `fakes`.
+    fn grids<const N: usize>(fakes: &[Arc<FakeGrid>; N]) -> Vec<Grid> {
+        fakes.iter().map(|f| f.clone() as Grid).collect()
+    }
+
+    impl PoolGrid for FakeGrid {
+        fn pass(&self, _: &WorkerState, _: usize) -> Pass {
+            Pass { progress: false, replied: None }
+        }
+        fn watch(&self, _: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch {
+            self.watches.lock().unwrap().push((slot, pauses));
+            Watch { pauses, found_work: self.found || elsewhere() }
+        }
+        fn has_marked_work(&self) -> bool {
+            self.marked
+        }
+        fn terminating(&self) -> &AtomicBool {
+            &self.terminating
+        }
+    }
+
+    /// An idle worker spends its spinning rounds watching the slot that replied last, at most `WATCH_PAUSES` at
+    /// a time, and the rounds count as spun: once they are spent it watches no more (it yields, then parks, as
+    /// before). Nothing to watch, or a grid gone from the list: its ordinary idle round.
+    #[test]
+    fn an_idle_worker_watches_the_slot_that_replied_last_for_its_spinning_rounds_only() {
+        let fakes = [FakeGrid::new(false, false), FakeGrid::new(false, false)];
+        let grids = grids(&fakes);
+        let me = WorkerState::new();
+        let mut backoff = IdleBackoff::new(1000, Duration::from_millis(1)).latency_mode(true);
+        let left = backoff.spinning_pauses_left();
+        assert!(left > WATCH_PAUSES, "the latency mode spins {left} pauses");
+        assert!(!watch(&me, &grids, None, &mut backoff), "nothing to watch");
+        assert!(!watch(&me, &grids, Some((2, 0)), &mut backoff), "a grid gone");
+        assert_eq!(backoff.spinning_pauses_left(), left, "neither counted as spun");
+        let mut watched = 0;
+        while watch(&me, &grids, Some((1, 7)), &mut backoff) || backoff.spinning_pauses_left() > 0 {
+            watched += 1;
+            assert!(watched <= left, "the watches end");
+        }
+        let asked = fakes[1].watches();
+        assert!(asked.iter().all(|&(slot, pauses)| slot == 7 && pauses > 0 && pauses <= WATCH_PAUSES), "{asked:?}");
+        assert_eq!(asked.iter().map(|&(_, p)| p).sum::<u32>(), left, "exactly the spinning rounds");
+        assert!(fakes[0].watches().is_empty());
+        assert!(!watch(&me, &grids, Some((1, 7)), &mut backoff), "past spinning: no watch");
+        assert_eq!(fakes[1].watches().len(), asked.len());
+    }
+
+    /// A watch ends when another grid of the pool has work (so one grid's watch keeps no other device waiting),
+    /// and what it found resets nothing here: the worker's loop does.
+    #[test]
+    fn a_watch_sees_work_in_the_pools_other_grids() {
+        let me = WorkerState::new();
+        let backoff = || IdleBackoff::new(4, Duration::from_millis(1));
+        let quiet = grids(&[FakeGrid::new(false, false), FakeGrid::new(false, false)]);
+        assert!(!watch(&me, &quiet, Some((0, 1)), &mut backoff()));
+        let busy = grids(&[FakeGrid::new(false, false), FakeGrid::new(false, true)]);
+        assert!(watch(&me, &busy, Some((0, 1)), &mut backoff()), "grid 1 has marks");
+        let own = grids(&[FakeGrid::new(false, true), FakeGrid::new(false, false)]);
+        assert!(!watch(&me, &own, Some((0, 1)), &mut backoff()), "the watched grid's marks are its own to see");
+        let found = grids(&[FakeGrid::new(true, false)]);
+        assert!(watch(&me, &found, Some((0, 1)), &mut backoff()), "the watch's own finding");
     }
 
     /// A worker is moved off a waiting caller's CPU only when every live worker was last seen there.
