@@ -12,7 +12,7 @@
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
 //! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`. The
-//! workers are a pool shared by the process's CPU devices of the same settings (`cpu_pool.rs`).
+//! workers are a pool shared by the process's CPU devices of the same settings (`cpu_pool/`).
 
 use super::cpu_pool::{Pass, Pool, PoolGrid, PoolKey, Watch, WorkerState};
 use super::dirty_set::DirtySet;
@@ -79,7 +79,8 @@ struct CpuShared {
     /// the marks left for a slot's holder (see `rv_cpu_run_slot`).
     slot_locks: Box<[AtomicU32]>,
     slot_pending: Box<[AtomicU32]>,
-    /// A worker watches a slot of this grid ([`PoolGrid::watch`]): one at a time.
+    /// A worker watches a slot of this grid ([`PoolGrid::watch`]): one at a time. Let go while the watcher runs a
+    /// step, so that one stuck in a behaviour that never returns does not keep the grid from being watched.
     watcher: OwnLine<AtomicBool>,
     slot_count: u32,
     summary_words: u32,
@@ -228,6 +229,14 @@ impl CpuShared {
         r
     }
 
+    /// Runs `step` with the grid's watch let go (a step may never return: the grid can be watched meanwhile),
+    /// then takes the watch back: `None` if another worker took it first.
+    fn unwatched(&self, step: impl FnOnce() -> bool) -> Option<bool> {
+        self.watcher.store(false, Ordering::Release);
+        let progress = step();
+        (!self.watcher.swap(true, Ordering::Acquire)).then_some(progress)
+    }
+
     /// Runs `slot`'s step for a watch ([`PoolGrid::watch`]), telling the host's reader if it replied; whether it
     /// made progress.
     fn watch_step(&self, me: &WorkerState, slot: u32) -> bool {
@@ -314,7 +323,10 @@ impl PoolGrid for CpuShared {
             let now = host_seq();
             if now != seen {
                 seen = now;
-                watch.found_work |= self.watch_step(me, slot);
+                match self.unwatched(|| self.watch_step(me, slot)) {
+                    Some(progress) => watch.found_work |= progress,
+                    None => return watch, // another worker watches now
+                }
             }
             if watch.pauses % WATCH_MARKS_EVERY == 0 {
                 // SAFETY: as for `host_seq`.
@@ -322,7 +334,10 @@ impl PoolGrid for CpuShared {
                     0 => {}
                     // its own mark (a sender's, for a message whose step ran already, or the device's): taken and
                     // run here, so that no other worker steps the slot for it
-                    1 => watch.found_work |= self.take_and_run(me, slot),
+                    1 => match self.unwatched(|| self.take_and_run(me, slot)) {
+                        Some(progress) => watch.found_work |= progress,
+                        None => return watch,
+                    },
                     _ => {
                         watch.found_work = true;
                         break;

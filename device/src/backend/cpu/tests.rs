@@ -215,13 +215,13 @@ fn an_event_copied_into_the_ring_carries_every_field() {
 }
 
 /// A grid as the pool's workers run it, with no worker: the test runs passes and watches itself.
-struct Watched {
+struct WorkerlessGrid {
     grid: Arc<CpuShared>,
     host: SharedGrid,
     me: WorkerState,
 }
 
-impl Watched {
+impl WorkerlessGrid {
     /// Two slots, an echo actor in slot 0, passes run until nothing is marked.
     fn with_echo() -> Self {
         let params = RawGridParams {
@@ -281,7 +281,7 @@ impl Watched {
 /// the other workers (the host still sets it), the watch a quicker look.
 #[test]
 fn a_watch_runs_the_watched_slots_step_when_the_host_publishes_to_it() {
-    let w = Watched::with_echo();
+    let w = WorkerlessGrid::with_echo();
     let published = std::cell::Cell::new(false);
     let watch = w.grid.watch(&w.me, 0, 64, &|| {
         if !published.replace(true) {
@@ -300,7 +300,7 @@ fn a_watch_runs_the_watched_slots_step_when_the_host_publishes_to_it() {
 /// step run by the watch: no other worker steps the slot for it.
 #[test]
 fn a_watch_takes_its_slots_own_mark_and_runs_the_step() {
-    let w = Watched::with_echo();
+    let w = WorkerlessGrid::with_echo();
     w.publish_call(0);
     w.mark(0);
     let watch = w.grid.watch(&w.me, 0, 8, &|| false);
@@ -313,7 +313,7 @@ fn a_watch_takes_its_slots_own_mark_and_runs_the_step() {
 /// `WATCH_MARKS_EVERY` pauses), leaving the mark for the worker's pass.
 #[test]
 fn a_watch_goes_back_to_the_passes_when_other_work_appears() {
-    let w = Watched::with_echo();
+    let w = WorkerlessGrid::with_echo();
     w.mark(1);
     let watch = w.grid.watch(&w.me, 0, 64, &|| false);
     assert!(watch.found_work);
@@ -330,7 +330,7 @@ fn a_watch_goes_back_to_the_passes_when_other_work_appears() {
 /// One worker watches a grid at a time; a second returns at once, and the grid can be watched again after.
 #[test]
 fn a_grid_has_one_watcher_at_a_time() {
-    let w = Watched::with_echo();
+    let w = WorkerlessGrid::with_echo();
     let inner = std::cell::Cell::new(None);
     w.grid.watch(&w.me, 0, 8, &|| {
         inner.set(Some(w.grid.watch(&w.me, 0, 8, &|| false).pauses));
