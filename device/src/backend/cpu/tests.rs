@@ -224,6 +224,11 @@ struct WorkerlessGrid {
 impl WorkerlessGrid {
     /// Two slots, an echo actor in slot 0, passes run until nothing is marked.
     fn with_echo() -> Self {
+        Self::with_echo_and_wake(Arc::new(|| {}))
+    }
+
+    /// [`WorkerlessGrid::with_echo`] with `host_wake` called when a step published replies.
+    fn with_echo_and_wake(host_wake: Arc<dyn Fn() + Send + Sync>) -> Self {
         let params = RawGridParams {
             slot_count: 2,
             inbox_capacity: 4,
@@ -236,7 +241,7 @@ impl WorkerlessGrid {
         };
         let header = super::super::compute_layout(&params).unwrap();
         let table = BehaviourSet::builtins().host_table();
-        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, Arc::new(|| {})).unwrap());
+        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, host_wake).unwrap());
         // SAFETY: the header was written by CpuShared::new; the region lives as long as `grid` (both in Self).
         let host = unsafe { SharedGrid::new(grid._shared.as_ptr()) };
         let me = WorkerState::new();
@@ -338,4 +343,33 @@ fn a_grid_has_one_watcher_at_a_time() {
     });
     assert_eq!(inner.get(), Some(0), "the second watcher returned at once");
     assert_eq!(w.grid.watch(&w.me, 0, 8, &|| false).pauses, 8, "watched again once the first ended");
+}
+
+/// While a watcher runs the step it found, the grid's watch is let go (a step may never return: a behaviour's
+/// endless loop must not keep the grid from being watched by another worker), and taken back after.
+#[test]
+fn a_watcher_lets_the_watch_go_while_it_runs_a_step() {
+    let grid_slot: Arc<std::sync::OnceLock<std::sync::Weak<CpuShared>>> = Arc::default();
+    let watched_during_step: Arc<std::sync::Mutex<Vec<bool>>> = Arc::default();
+    let (slot, seen) = (grid_slot.clone(), watched_during_step.clone());
+    let wake = Arc::new(move || {
+        // called once a step published replies, before the step's caller returns (no grid yet while it is made)
+        if let Some(grid) = slot.get().and_then(std::sync::Weak::upgrade) {
+            seen.lock().unwrap().push(grid.watcher.load(Ordering::Acquire));
+        }
+    });
+    let w = WorkerlessGrid::with_echo_and_wake(wake);
+    grid_slot.set(Arc::downgrade(&w.grid)).expect("set once");
+    let published = std::cell::Cell::new(false);
+    let watch = w.grid.watch(&w.me, 0, 16, &|| {
+        if !published.replace(true) {
+            w.publish_call(0);
+        }
+        assert!(w.grid.watcher.load(Ordering::Acquire), "held while watching");
+        false
+    });
+    assert!(watch.found_work);
+    assert_eq!(watch.pauses, 16, "the watch went on after the step");
+    assert_eq!(*watched_during_step.lock().unwrap(), vec![false], "let go during the one step");
+    assert!(!w.grid.watcher.load(Ordering::Acquire), "let go when the watch ended");
 }
