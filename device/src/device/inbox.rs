@@ -88,6 +88,7 @@ impl DeviceInner {
             count(written);
             self.grid.publish_inbox_tail(slot, host.tail);
             drop(host);
+            super::trace::note_published();
             self.executor.mark_work(slot);
         }
         Ok(written)

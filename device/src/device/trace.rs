@@ -17,6 +17,22 @@ use crate::sync::lock;
 /// How long a traced call waits, after its reply, for the device's last stamp (stored just after the reply).
 const STAMPS_WAIT: Duration = Duration::from_millis(100);
 
+thread_local! {
+    /// While this thread writes a traced call's message: when the message was published (0 until it is);
+    /// `u64::MAX` otherwise.
+    static PUBLISHED_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// Called by the inbox's writer once it published a message, before it tells the executor: stamps the moment if
+/// this thread is writing a traced call's message (`inbox.rs`).
+pub(super) fn note_published() {
+    PUBLISHED_NS.with(|t| {
+        if t.get() == 0 {
+            t.set(unix_now_ns());
+        }
+    });
+}
+
 /// When the device's actor handled a traced message (host time, ns since the Unix epoch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceStamps {
@@ -38,7 +54,8 @@ pub struct DeviceStamps {
 pub struct CallTrace {
     /// The call began (host time, ns since the Unix epoch).
     pub started_ns: u64,
-    /// Its message was written and published to the actor (inbox tail and `host_seq` stored).
+    /// Its message was written and published to the actor (inbox tail and `host_seq` stored), before the executor
+    /// was told (the CPU backend's run-set mark, which a worker watching the slot does not wait for).
     pub written_ns: u64,
     /// The device's stamps; `None` where the backend records none (WebGPU: WGSL has no clock).
     pub device: Option<DeviceStamps>,
@@ -102,8 +119,10 @@ impl Device {
         let started_ns = unix_now_ns();
         let written_ns = std::cell::Cell::new(0);
         let reply = self.run_call(slot, timeout, |clock| {
+            PUBLISHED_NS.with(|t| t.set(0));
             let started = self.start_call_flagged(slot, payload, RV_FLAG_TRACE as u8, clock);
-            written_ns.set(unix_now_ns());
+            let published = PUBLISHED_NS.with(|t| t.replace(u64::MAX));
+            written_ns.set(if published == 0 || published == u64::MAX { unix_now_ns() } else { published });
             started
         })?;
         let (answered_ns, written_ns) = (unix_now_ns(), written_ns.get());
@@ -128,5 +147,31 @@ impl Device {
             }
             std::hint::spin_loop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The publication is stamped only on a thread writing a traced call's message, and only its first write
+    /// (a call's message is one write); every other write leaves the stamp alone.
+    #[test]
+    fn only_a_thread_writing_a_traced_call_stamps_its_publication() {
+        note_published();
+        assert_eq!(PUBLISHED_NS.with(|t| t.get()), u64::MAX, "not tracing: nothing stamped");
+        PUBLISHED_NS.with(|t| t.set(0));
+        let before = unix_now_ns();
+        note_published();
+        let stamped = PUBLISHED_NS.with(|t| t.get());
+        assert!(stamped >= before && stamped <= unix_now_ns(), "{before} <= {stamped}");
+        note_published();
+        assert_eq!(PUBLISHED_NS.with(|t| t.get()), stamped, "the first publication's stamp kept");
+        let other = std::thread::spawn(|| {
+            note_published();
+            PUBLISHED_NS.with(|t| t.get())
+        });
+        assert_eq!(other.join().unwrap(), u64::MAX, "another thread's writes are not traced");
+        PUBLISHED_NS.with(|t| t.set(u64::MAX));
     }
 }
