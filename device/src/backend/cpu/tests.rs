@@ -167,14 +167,7 @@ fn the_step_that_answers_a_call_makes_a_bounded_number_of_shared_accesses() {
     let d = HandStepped::with_settled_echo();
     let mut counted = Vec::new();
     for index in 0..3u32 {
-        let env = RawEnvelope {
-            kind: RV_KIND_USER as u8,
-            payload_len: 8,
-            correlation: u64::from(index) + 1,
-            ..zeroed_envelope()
-        };
-        d.grid.write_inbox(0, index, &env);
-        d.grid.publish_inbox_tail(0, index + 1);
+        publish_call(&d.grid, index, u64::from(index) + 1);
         shared_accesses();
         assert_ne!(d.step_actor(0) & RV_STEP_REPLIED, 0, "answered in one step");
         counted.push(shared_accesses());
@@ -186,6 +179,14 @@ fn the_step_that_answers_a_call_makes_a_bounded_number_of_shared_accesses() {
              (at most {RELEASES})"
         );
     }
+}
+
+/// Writes an 8-byte call with `correlation` into slot 0's inbox at `index` and publishes it (the tail, then
+/// `host_seq`), as the host's writer does, with no run-set mark.
+fn publish_call(grid: &SharedGrid, index: u32, correlation: u64) {
+    let env = RawEnvelope { kind: RV_KIND_USER as u8, payload_len: 8, correlation, ..zeroed_envelope() };
+    grid.write_inbox(0, index, &env);
+    grid.publish_inbox_tail(0, index + 1);
 }
 
 fn zeroed_envelope() -> RawEnvelope {
@@ -264,16 +265,10 @@ impl WorkerlessGrid {
         Self { grid, host, me }
     }
 
-    /// Writes a call to slot 0 at inbox `index` and publishes it, without a run-set mark.
+    /// Writes a call to slot 0 at inbox `index` (correlation `index` + 100) and publishes it, without a run-set
+    /// mark.
     fn publish_call(&self, index: u32) {
-        let env = RawEnvelope {
-            kind: RV_KIND_USER as u8,
-            payload_len: 8,
-            correlation: u64::from(index) + 100,
-            ..zeroed_envelope()
-        };
-        self.host.write_inbox(0, index, &env);
-        self.host.publish_inbox_tail(0, index + 1);
+        publish_call(&self.host, index, u64::from(index) + 100);
     }
 
     fn mark(&self, slot: u32) {
