@@ -11,7 +11,9 @@
 //! is no barrier between workers: a stalled actor only stops its own progress.
 //!
 //! Idle workers back off: they spin, then yield, then park on a condition variable with a timeout that grows
-//! to `park_max`; any host write wakes them. An idle device costs a wake-up per worker every `park_max`. The
+//! to `park_max`; any host write wakes them. A worker's spinning rounds watch the slot that answered last
+//! (`CpuShared::watch`): its next message is stepped as soon as the host publishes it, before the run-set mark
+//! that follows could reach the worker. An idle device costs a wake-up per worker every `park_max`. The
 //! workers are a pool shared by the process's CPU devices of the same settings (`cpu_pool/`).
 
 use super::cpu_pool::{Pass, Pool, PoolGrid, PoolKey, Watch, WorkerState};
@@ -211,8 +213,8 @@ impl CpuShared {
     /// that replied marks the slot in the dirty set. Returns the step's result.
     fn run_slot(&self, me: &WorkerState, slot: u32) -> u32 {
         let view = self.view.0 as *const RvGridView;
-        // SAFETY: `slot` < slot_count (checked by the callers: a marked bit of this grid's run set, or a slot a
-        // pass ran); both arrays have slot_count atomic words, used by the C side only atomically; the slot's lock
+        // SAFETY: `slot` < slot_count (a marked bit of this grid's run set, or the watched slot, checked by `watch`);
+        // both arrays have slot_count atomic words, used by the C side only atomically; the slot's lock
         // makes this the only runner of its step.
         let r = me.step(|| unsafe {
             ffi::rv_cpu_run_slot(
@@ -307,7 +309,8 @@ impl PoolGrid for CpuShared {
 
     /// Spinning rounds spent on `slot`, the one that replied last ([`PoolGrid::watch`]): in each, one pause and
     /// a load of the slot's `host_seq`, and the slot's step as soon as it moved; every [`WATCH_MARKS_EVERY`]
-    /// rounds a look at the run set, and back to the passes at the first mark. One watcher per grid.
+    /// rounds a look at the run set (the slot's own mark taken and run; back to the passes at another slot's, or
+    /// at work in `elsewhere`). One watcher per grid.
     fn watch(&self, me: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch {
         if slot >= self.slot_count || self.watcher.swap(true, Ordering::Acquire) {
             return Watch::default();
