@@ -121,8 +121,9 @@ impl Device {
         let reply = self.run_call(slot, timeout, |clock| {
             PUBLISHED_NS.with(|t| t.set(0));
             let started = self.start_call_flagged(slot, payload, RV_FLAG_TRACE as u8, clock);
+            // 0: nothing was published (the write failed); the moment it returned stands in
             let published = PUBLISHED_NS.with(|t| t.replace(u64::MAX));
-            written_ns.set(if published == 0 || published == u64::MAX { unix_now_ns() } else { published });
+            written_ns.set(if published == 0 { unix_now_ns() } else { published });
             started
         })?;
         let (answered_ns, written_ns) = (unix_now_ns(), written_ns.get());

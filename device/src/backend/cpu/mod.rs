@@ -209,14 +209,14 @@ impl CpuShared {
         })
     }
 
-    /// Runs `slot`'s step (`rv_cpu_run_slot`: unless another worker runs it now), as the step of `me`; a step
-    /// that replied marks the slot in the dirty set. Returns the step's result.
+    /// Runs `slot`'s step (`rv_cpu_run_slot`: unless another worker runs it now), as the step of `me`. Returns the
+    /// step's result (a step that replied is the caller's to mark in the dirty set).
     fn run_slot(&self, me: &WorkerState, slot: u32) -> u32 {
         let view = self.view.0 as *const RvGridView;
         // SAFETY: `slot` < slot_count (a marked bit of this grid's run set, or the watched slot, checked by `watch`);
         // both arrays have slot_count atomic words, used by the C side only atomically; the slot's lock
         // makes this the only runner of its step.
-        let r = me.step(|| unsafe {
+        me.step(|| unsafe {
             ffi::rv_cpu_run_slot(
                 view,
                 slot,
@@ -224,11 +224,7 @@ impl CpuShared {
                 self.slot_locks.as_ptr() as *mut u32,
                 self.slot_pending.as_ptr() as *mut u32,
             )
-        });
-        if r & RV_STEP_REPLIED != 0 {
-            self.dirty.mark_word(slot - slot % SLOTS_PER_WORD, 1 << (slot % SLOTS_PER_WORD));
-        }
-        r
+        })
     }
 
     /// Runs `step` with the grid's watch let go (a step may never return: the grid can be watched meanwhile),
@@ -244,6 +240,7 @@ impl CpuShared {
     fn watch_step(&self, me: &WorkerState, slot: u32) -> bool {
         let r = self.run_slot(me, slot);
         if r & RV_STEP_REPLIED != 0 {
+            self.dirty.mark_word(slot - slot % SLOTS_PER_WORD, 1 << (slot % SLOTS_PER_WORD));
             (self.host_wake)();
         }
         r & RV_STEP_PROGRESS != 0
@@ -284,6 +281,7 @@ impl PoolGrid for CpuShared {
                 // One mark at a time, the others left in the run set: a step that never returns (a behaviour's
                 // endless loop) strands no other slot of the word. Upwards through the word, each slot at most
                 // once per visit, so a slot that keeps marking itself (a stalled actor) starves none above it.
+                let mut word_replied = 0u32;
                 let mut from = 0;
                 while from < SLOTS_PER_WORD {
                     // SAFETY: `word` is a run-set word of this grid (marked in the summary).
@@ -295,9 +293,13 @@ impl PoolGrid for CpuShared {
                     let slot = word * SLOTS_PER_WORD + b;
                     let r = self.run_slot(me, slot);
                     if r & RV_STEP_REPLIED != 0 {
+                        word_replied |= 1 << b;
                         replied = Some(slot);
                     }
                     progress |= r;
+                }
+                if word_replied != 0 {
+                    self.dirty.mark_word(word * SLOTS_PER_WORD, word_replied);
                 }
             }
         }
