@@ -130,7 +130,8 @@ mod tests {
     /// A call through the gateway, as a peer's would arrive: the decoded answer.
     async fn call(gateway: &ActorRef<GatewayMsg>, name: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
         let request = Request { name: name.into(), timeout: T, payload: payload.to_vec() }.encode();
-        let bytes = gateway.call(|p| GatewayMsg::Call(request, p), Some(T * 2)).await.expect("gateway").expect("answered");
+        let bytes =
+            gateway.call(|p| GatewayMsg::Call(request, p), Some(T * 2)).await.expect("gateway").expect("answered");
         decode_answer(&bytes).expect("an answer").map_err(|refusal| format!("{refusal:?}"))
     }
 
