@@ -89,7 +89,8 @@ impl DeviceInner {
             self.grid.publish_inbox_tail(slot, host.tail);
             // The next message's cell, asked for now: a single send's cell was a miss to memory (a ring of 4,096
             // cells a slot leaves the cache before it wraps), paid at the run-set mark's locked instruction (a
-            // flood of sends to 64 slots, the benchmark's `send` row 0.11-0.13x -> 0.17-0.19x the channel; latency-mode calls unchanged).
+            // flood of sends to 64 slots: the benchmark's `send` row 0.11-0.13x -> 0.17-0.19x the channel;
+            // latency-mode calls unchanged).
             self.grid.prefetch_inbox_cell(slot, host.tail);
             drop(host);
             super::trace::note_published();
