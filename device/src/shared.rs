@@ -73,6 +73,20 @@ const fn chunks_of<T>() -> usize {
     size_of::<T>() / 16
 }
 
+/// Asks for the cache lines of the cell at `cell` (a hint: no load the program sees, no ordering; nothing off
+/// x86-64).
+fn prefetch_cell(cell: *const RawEnvelope) {
+    let cell = cell as *const i8;
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..std::mem::size_of::<RawEnvelope>()).step_by(64) {
+        // SAFETY: `line` is inside the cell, which callers take from `SharedGrid::cell` (in bounds of its array);
+        // a prefetch reads nothing the program sees and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.add(line)) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = cell;
+}
+
 /// Copies a record into the shared region (a cell the caller owns until it publishes it), 16 bytes at a time: a
 /// volatile copy of the whole struct compiled to one load and store per byte (an envelope's 128 bytes took about
 /// 400 instructions on a call's path).
@@ -167,31 +181,14 @@ impl SharedGrid {
 
     /// Asks for the cache lines of `slot`'s outbox cell `index` (a hint: no load, no ordering; nothing off x86-64).
     pub(crate) fn prefetch_outbox_cell(&self, slot: u32, index: u32) {
-        let cell = self.outbox_cell(slot, index) as *const i8;
-        #[cfg(target_arch = "x86_64")]
-        for line in (0..std::mem::size_of::<RawEnvelope>()).step_by(64) {
-            // SAFETY: `line` is inside the cell (in bounds of the outbox array); a prefetch reads nothing the
-            // program sees and cannot fault.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.add(line)) }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = cell;
+        prefetch_cell(self.outbox_cell(slot, index));
     }
 
-    /// Asks for the cache lines of `slot`'s inbox cell `index` before the host writes it (a hint: no load the program
-    /// sees, no ordering; nothing off x86-64). A cell last touched a ring's length ago has usually left every
-    /// cache: fetched now, it arrives exclusive, and the write that follows does not wait for memory at the next
-    /// locked instruction.
+    /// Asks for the cache lines of `slot`'s inbox cell `index` before the host writes it (a hint, as above). A cell
+    /// last touched a ring's length ago has usually left every cache: fetched now, it arrives exclusive, and the
+    /// write that follows does not wait for memory at the next locked instruction.
     pub(crate) fn prefetch_inbox_cell(&self, slot: u32, index: u32) {
-        let cell = self.inbox_cell(slot, index) as *const i8;
-        #[cfg(target_arch = "x86_64")]
-        for line in (0..std::mem::size_of::<RawEnvelope>()).step_by(64) {
-            // SAFETY: `line` is inside the cell (in bounds of the inbox array); a prefetch reads nothing the
-            // program sees and cannot fault.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(cell.add(line)) }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = cell;
+        prefetch_cell(self.inbox_cell(slot, index));
     }
 
     /// Writes an envelope into an inbox cell the host owns (between the device's head and the host's tail).
