@@ -69,11 +69,10 @@ impl Actor for Gateway {
                 let _ =
                     reply.send(encode_names(found.iter().map(|(name, child)| (name.as_str(), child.gpu().is_some()))));
             }
-            // A call that waits for its actor runs beside the gateway, which goes on serving other requests; one
-            // the device answers at once (the caller's assist finds the reply) is answered here, without a task.
+            // A call waits for its actor: it runs beside the gateway, which goes on serving other requests.
             GatewayMsg::Call(bytes, reply) => {
                 let services = state.services.clone();
-                let call = async move {
+                tokio::spawn(async move {
                     let answer = match Request::decode(&bytes) {
                         Ok(req) => match services.call(&req.name, &req.payload, req.timeout).await {
                             Ok(r) => r.payload().map(<[u8]>::to_vec).map_err(SendError::Device),
@@ -82,8 +81,7 @@ impl Actor for Gateway {
                         Err(why) => Err(bad_request(why)),
                     };
                     let _ = reply.send(encode_answer(&answer));
-                };
-                run_or_spawn(call).await;
+                });
             }
             GatewayMsg::Send(bytes, reply) => {
                 let answer = match Request::decode(&bytes) {
@@ -94,18 +92,6 @@ impl Actor for Gateway {
             }
         }
         Ok(())
-    }
-}
-
-/// Polls `work` once here, and hands it to a task of its own if it is not done: work that completes at once
-/// costs no task (a remote call under contention, six alternated runs each: median 1.99x -> 1.80x
-/// ractor_cluster's, docs/benchmarks.md), and work that waits does not hold up the caller. The task polls the work
-/// again, with its own waker, so no wake-up is lost.
-async fn run_or_spawn(work: impl std::future::Future<Output = ()> + Send + 'static) {
-    let mut work = Box::pin(work);
-    let done = std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx).is_ready())).await;
-    if !done {
-        tokio::spawn(work);
     }
 }
 
@@ -136,7 +122,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_call_that_waits_does_not_hold_up_the_gateway_and_one_answered_at_once_is_answered() {
+    async fn a_call_that_waits_does_not_hold_up_the_gateway() {
         let spec = SupervisorSpec::new(Strategy::OneForOne)
             // (no watchdog: the stall lasts until the test clears it, however slow the machine)
             .child(ChildSpec::gpu("slow", GpuChild::new("echo").heartbeat_timeout(None)).name("g/slow"))
