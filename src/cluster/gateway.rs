@@ -111,7 +111,8 @@ mod tests {
     use crate::prelude::*;
     use crate::supervisor::wire::decode_answer;
 
-    const T: Duration = Duration::from_secs(10);
+    /// Long enough that no call here ends by its deadline on a loaded machine; only a failure waits for it.
+    const T: Duration = Duration::from_secs(60);
 
     /// A call through the gateway, as a peer's would arrive: the decoded answer.
     async fn call(gateway: &ActorRef<GatewayMsg>, name: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
@@ -137,6 +138,12 @@ mod tests {
             let gateway = gateway.clone();
             async move { call(&gateway, "g/slow", b"hello").await }
         });
+        // the call is in the stalled actor's inbox: the gateway has taken it and waits for its answer
+        let since = std::time::Instant::now();
+        while rt.device().inbox_pending(slow.slot()).unwrap() == 0 {
+            assert!(since.elapsed() < T, "the call to the stalled actor never reached its inbox");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
 
         // Meanwhile the gateway answers others: calls, a lookup.
         for (delta, total) in [(5i64, 5i64), (7, 12)] {
