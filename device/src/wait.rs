@@ -151,6 +151,14 @@ fn fastest_pause_ns() -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// A latency-mode thread that spins gives its core away once every this many spinning rounds (about 1 to 6 µs:
+/// a round is one pause and the thread's look for work; a CPU worker's watch of a slot counts its pauses as
+/// rounds). Its spinning right after work kept a thread it had just woken (through the work it did: an event read,
+/// a reply) off the core for the whole spin: the woken thread's wake-up does not preempt a thread of the device's
+/// short slice. On the 2-core development VM a latency-mode restart (its device and tree parts) took 61 µs at
+/// the median of eight runs, 27 µs with this (docs/benchmarks.md); calls are as fast (their work comes sooner).
+const LATENCY_MODE_YIELD_EVERY: u32 = 64;
+
 /// Adaptive backoff of a thread with nothing to do: spin, then yield, then park with a growing timeout (up to
 /// `park_max`). Reset it whenever the thread finds work.
 pub(crate) struct IdleBackoff {
@@ -164,12 +172,15 @@ pub(crate) struct IdleBackoff {
     never_park: bool,
     /// The latency mode's record of its yields.
     watch: YieldWatch,
+    /// Spinning rounds since the thread last gave its core away (the latency mode's, see
+    /// [`LATENCY_MODE_YIELD_EVERY`]).
+    since_yield: u32,
 }
 
 impl IdleBackoff {
     /// `spin` rounds that spin, as many that yield, then parks of up to `park_max`.
     pub(crate) fn new(spin: u32, park_max: Duration) -> Self {
-        Self { idle: 0, spin, yields: spin, park_max, never_park: false, watch: YieldWatch::default() }
+        Self { idle: 0, spin, yields: spin, park_max, never_park: false, watch: YieldWatch::default(), since_yield: 0 }
     }
 
     /// Sets the rounds that yield before the thread parks. Yielding keeps a thread as quick to find new work
@@ -184,7 +195,8 @@ impl IdleBackoff {
     /// (the cores are busy with threads that do not yield: see [`crate::busy_cores`]) it waits as without.
     /// Its spinning rounds are a single pause each, and there are as many more of them (the spinning lasts at least
     /// as long: a round's look for work is not shorter): the thread has a core to itself by the mode's contract,
-    /// and work that arrives waits half a round on average.
+    /// and work that arrives waits half a round on average. Once every [`LATENCY_MODE_YIELD_EVERY`] of them it
+    /// yields instead, for a thread its work woke.
     pub(crate) fn latency_mode(mut self, latency_mode: bool) -> Self {
         self.never_park = latency_mode;
         self
@@ -211,7 +223,9 @@ impl IdleBackoff {
 
     /// `pauses` of the spinning rounds spent elsewhere (a CPU worker watching a slot): counted as rounds.
     pub(crate) fn spun_pauses(&mut self, pauses: u32) {
-        self.idle = self.idle.saturating_add(pauses.div_ceil(self.pauses_per_round()));
+        let rounds = pauses.div_ceil(self.pauses_per_round());
+        self.idle = self.idle.saturating_add(rounds);
+        self.since_yield = self.since_yield.saturating_add(rounds);
     }
 
     /// Pauses per spinning round: one in the latency mode (see [`IdleBackoff::latency_mode`]).
@@ -221,6 +235,20 @@ impl IdleBackoff {
         } else {
             pauses_per_spin()
         }
+    }
+
+    /// Whether this spinning round gives the core away instead of pausing: in the latency mode, once every
+    /// [`LATENCY_MODE_YIELD_EVERY`] rounds.
+    fn spinning_round_yields(&mut self) -> bool {
+        if !self.never_park {
+            return false;
+        }
+        self.since_yield = self.since_yield.saturating_add(1);
+        let due = self.since_yield >= LATENCY_MODE_YIELD_EVERY;
+        if due {
+            self.since_yield = 0;
+        }
+        due
     }
 
     /// Whether the idle rounds have passed the spinning ones: the last round yielded or parked.
@@ -246,8 +274,12 @@ impl IdleBackoff {
         self.idle = self.idle.saturating_add(1);
         let spin = self.spin_rounds();
         if self.idle <= spin {
-            for _ in 0..self.pauses_per_round() {
-                std::hint::spin_loop();
+            if self.spinning_round_yields() {
+                std::thread::yield_now();
+            } else {
+                for _ in 0..self.pauses_per_round() {
+                    std::hint::spin_loop();
+                }
             }
         } else if self.never_park && !self.watch.cores_busy() {
             self.watch.timed_yield();
@@ -344,6 +376,22 @@ mod tests {
         assert_eq!(pauses_for(0.0), 8);
         assert_eq!(pauses_for(f64::NAN), 8);
         assert!((1..=16).contains(&pauses_per_spin()), "this machine's: {}", pauses_per_spin());
+    }
+
+    /// A latency-mode thread's spinning gives the core away once every `LATENCY_MODE_YIELD_EVERY` rounds, the
+    /// rounds a watch spent counted; the default mode's spinning never does (it yields and parks after it).
+    #[test]
+    fn latency_mode_spinning_yields_every_so_many_rounds_and_the_default_modes_does_not() {
+        let mut latency = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true);
+        let yielded: Vec<u32> =
+            (1..=3 * LATENCY_MODE_YIELD_EVERY).filter(|_| latency.spinning_round_yields()).collect();
+        assert_eq!(yielded.len(), 3, "{yielded:?}");
+        latency.spun_pauses(LATENCY_MODE_YIELD_EVERY - 1); // a watch's pauses, one round each
+        assert!(latency.spinning_round_yields(), "the watch's rounds count");
+        assert!(!latency.spinning_round_yields(), "and the count starts over");
+        let mut default = IdleBackoff::new(32, Duration::from_millis(1));
+        default.spun_pauses(10 * LATENCY_MODE_YIELD_EVERY);
+        assert!((0..10 * LATENCY_MODE_YIELD_EVERY).all(|_| !default.spinning_round_yields()));
     }
 
     /// The latency mode spins in rounds of one pause, as many more of them as a round of the other threads has
