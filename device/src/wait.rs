@@ -155,8 +155,10 @@ fn fastest_pause_ns() -> f64 {
 /// a round is one pause and the thread's look for work; a CPU worker's watch of a slot counts its pauses as
 /// rounds). Its spinning right after work kept a thread it had just woken (through the work it did: an event read,
 /// a reply) off the core for the whole spin: the woken thread's wake-up does not preempt a thread of the device's
-/// short slice. On the 2-core development VM a latency-mode restart (its device and tree parts) took 61 µs at
-/// the median of eight runs, 27 µs with this (docs/benchmarks.md); calls are as fast (their work comes sooner).
+/// short slice. On the 2-core development VM a latency-mode restart's device and tree parts took 61 µs together
+/// (median of eight alternated runs), 27 µs with this (of eleven); calls are as fast (their work comes sooner).
+/// A yield hands the core over only to a thread the scheduler deems owed it (docs/benchmarks.md: some woken
+/// threads still wait for the spinning thread's slice).
 const LATENCY_MODE_YIELD_EVERY: u32 = 64;
 
 /// Adaptive backoff of a thread with nothing to do: spin, then yield, then park with a growing timeout (up to
@@ -385,7 +387,8 @@ mod tests {
         let mut latency = IdleBackoff::new(32, Duration::from_millis(1)).latency_mode(true);
         let yielded: Vec<u32> =
             (1..=3 * LATENCY_MODE_YIELD_EVERY).filter(|_| latency.spinning_round_yields()).collect();
-        assert_eq!(yielded.len(), 3, "{yielded:?}");
+        let every = LATENCY_MODE_YIELD_EVERY;
+        assert_eq!(yielded, [every, 2 * every, 3 * every]);
         latency.spun_pauses(LATENCY_MODE_YIELD_EVERY - 1); // a watch's pauses, one round each
         assert!(latency.spinning_round_yields(), "the watch's rounds count");
         assert!(!latency.spinning_round_yields(), "and the count starts over");
