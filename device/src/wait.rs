@@ -156,9 +156,10 @@ fn fastest_pause_ns() -> f64 {
 /// rounds). Its spinning right after work kept a thread it had just woken (through the work it did: an event read,
 /// a reply) off the core for the whole spin: the woken thread's wake-up does not preempt a thread of the device's
 /// short slice. On the 2-core development VM a latency-mode restart's device and tree parts took 61 µs together
-/// (median of eight alternated runs), 27 µs with this (of eleven); calls are as fast (their work comes sooner).
-/// A yield hands the core over only to a thread the scheduler deems owed it (docs/benchmarks.md: some woken
-/// threads still wait for the spinning thread's slice).
+/// (median of eight alternated runs), 27 µs with this (of eleven). The count runs on across the work the thread
+/// finds (`reset` leaves it), so a thread busy in short bursts, a call loop's worker, also makes way now and then:
+/// latency-mode calls measured the same (`latency_probe`). A yield hands the core over only to a thread the
+/// scheduler deems owed it (docs/benchmarks.md: some woken threads still wait for the spinning thread's slice).
 const LATENCY_MODE_YIELD_EVERY: u32 = 64;
 
 /// Adaptive backoff of a thread with nothing to do: spin, then yield, then park with a growing timeout (up to
