@@ -88,24 +88,45 @@ impl Default for Backend {
     }
 }
 
-/// Starts the executor `backend` names over regions laid out by `header`. `wake_host` is called when the
-/// executor published events or replies (the CPU backend calls it; a GPU kernel cannot). `threads` says how the
+/// What an executor whose work runs on host threads tells the device's host side (the CPU and WebGPU backends; a
+/// GPU kernel cannot): that it published something for the host to read.
+pub(crate) trait HostSide: Send + Sync {
+    /// Replies or events were published: the host's reader (the poller) is woken to read them.
+    fn published(&self);
+    /// Block 0 published events (a failure, a restart's outcome), told by an executor thread that holds nothing of
+    /// the device (no slot's step, no block 0 lock): the host reads them on this thread now if no one else is
+    /// reading the device, else as [`HostSide::published`]. A restart's notice then wakes no poller on its way to
+    /// the supervisor.
+    fn events_published(&self) {
+        self.published();
+    }
+}
+
+/// A closure is a host side that only wakes (tests, and executors' own uses).
+impl<F: Fn() + Send + Sync> HostSide for F {
+    fn published(&self) {
+        self();
+    }
+}
+
+/// Starts the executor `backend` names over regions laid out by `header`. `host` is told when the executor
+/// published events or replies (the CPU and WebGPU backends tell it; a GPU kernel cannot). `threads` says how the
 /// executor's own host threads wait (in the latency mode, the CPU backend's workers never park) and are scheduled.
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
     behaviours: &BehaviourSet,
-    wake_host: Arc<dyn Fn() + Send + Sync>,
+    host: Arc<dyn HostSide>,
     threads: HostThreads,
 ) -> Result<Box<dyn Executor>, DeviceError> {
     Ok(match backend {
         Backend::Cpu(config) => {
-            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), wake_host, threads)?)
+            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), host, threads)?)
         }
         Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
         #[cfg(feature = "wgpu")]
         Backend::Wgpu(config) => {
-            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, wake_host, threads)?)
+            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, host, threads)?)
         }
     })
 }

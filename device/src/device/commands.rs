@@ -197,6 +197,9 @@ impl Device {
         }
         let inner = &self.inner;
         let cmd_id = inner.next_cmd_id.fetch_add(1, Ordering::Relaxed);
+        // Room in the command ring first, the slot's lock after: no slot is locked while block 0 is waited for
+        // (the thread that reads the device's events takes slots' locks, and may be the executor's own).
+        let mut tail = self.command_room()?;
         let mut host = inner.slots[req.slot as usize].lock();
         if host.quarantined {
             return Err(DeviceError::Quarantined { slot: req.slot });
@@ -233,10 +236,7 @@ impl Device {
         let floor = (req.op == CommandOp::Restart).then(|| inner.grid.inbox_head(req.slot));
         let completion = Arc::new(Completion::new());
         lock(&inner.commands).insert(cmd_id, completion.clone());
-        if let Err(e) = self.push_command(&raw) {
-            lock(&inner.commands).remove(&cmd_id);
-            return Err(e);
-        }
+        self.write_command(&mut tail, &raw);
         host.pending = Some(PendingOp {
             cmd_id,
             cutoff,
@@ -251,6 +251,8 @@ impl Device {
         };
         inner.grid.write_pending_op(req.slot, raw.op);
         drop(host);
+        drop(tail);
+        inner.executor.wake();
         tracing::debug!(slot = req.slot, cmd_id, op = ?req.op, "command submitted");
         Ok(PendingCommand { cmd_id, slot: req.slot, completion, device: Arc::downgrade(inner) })
     }
@@ -263,10 +265,22 @@ impl Device {
         self.push_command(&raw)
     }
 
+    /// Writes `raw` into the command ring once it has room (see [`Device::command_room`]) and wakes the device.
     pub(super) fn push_command(&self, raw: &RawCommand) -> Result<(), DeviceError> {
+        let mut tail = self.command_room()?;
+        self.write_command(&mut tail, raw);
+        drop(tail);
+        self.inner.executor.wake();
+        Ok(())
+    }
+
+    /// The command ring's tail, locked, once the ring has room for a command: waits for block 0 to consume one
+    /// (up to the device's command timeout, then `CommandRingFull`). Commands are written in the order their
+    /// writers got here.
+    fn command_room(&self) -> Result<std::sync::MutexGuard<'_, u32>, DeviceError> {
         let inner = &self.inner;
         let deadline = deadline_after(inner.command_timeout);
-        let mut tail = lock(&inner.command_tail);
+        let tail = lock(&inner.command_tail);
         let capacity = inner.grid.config().command_capacity;
         let mut retry = Retry::new(Duration::from_micros(50));
         while ring::distance(inner.grid.command_head(), *tail) >= capacity {
@@ -275,11 +289,14 @@ impl Device {
                 return Err(DeviceError::CommandRingFull);
             }
         }
-        inner.grid.write_command(*tail, raw);
+        Ok(tail)
+    }
+
+    /// Writes `raw` at the command ring's `tail` (room was made for it) and publishes it.
+    fn write_command(&self, tail: &mut u32, raw: &RawCommand) {
+        let grid = &self.inner.grid;
+        grid.write_command(*tail, raw);
         *tail = tail.wrapping_add(1);
-        inner.grid.publish_command_tail(*tail);
-        drop(tail);
-        inner.executor.wake();
-        Ok(())
+        grid.publish_command_tail(*tail);
     }
 }

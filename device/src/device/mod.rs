@@ -161,11 +161,9 @@ impl Device {
         Backend::from_env()?;
         let header = backend::compute_layout(&config.params())?;
         let poller_bell = Arc::new(poll::PollerBell::new());
-        let wake_poller = {
-            let bell = poller_bell.clone();
-            Arc::new(move || bell.ring()) as Arc<dyn Fn() + Send + Sync>
-        };
-        let executor = backend::start(&config.backend, header, &config.behaviours, wake_poller, config.host_threads())?;
+        let host_side = Arc::new(poll::HostReader::new(poller_bell.clone()));
+        let executor =
+            backend::start(&config.backend, header, &config.behaviours, host_side.clone(), config.host_threads())?;
         // SAFETY: the executor allocated `shared_bytes` at this address, wrote the header, and keeps the memory
         // alive for as long as it lives; DeviceInner owns the executor.
         let grid = unsafe { SharedGrid::new(executor.shared_base()) };
@@ -206,6 +204,7 @@ impl Device {
             senders: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
+        host_side.serve(weak.clone());
         std::thread::Builder::new()
             .name("ringvisor-poller".into())
             .spawn(move || poll::poller(weak, config.host_threads()))

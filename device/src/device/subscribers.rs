@@ -68,8 +68,8 @@ impl Device {
         self.add_subscriber(None)
     }
 
-    /// Calls `hook` with every event from now on, on the thread that reads it from the device (the poller,
-    /// or a caller polling in its place), in event order, until the last `Arc` of the hook is dropped. No
+    /// Calls `hook` with every event from now on, on the thread that reads it from the device (the poller, a
+    /// caller polling in its place, or on the CPU backend the worker thread that published it), in event order, until the last `Arc` of the hook is dropped. No
     /// thread hand-off: the lowest-latency way to follow events. The hook must be quick, must not block,
     /// and must not call back into this device (it runs while events are being dispatched).
     pub fn on_event(&self, hook: &Arc<EventHook>) {

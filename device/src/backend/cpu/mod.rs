@@ -19,7 +19,7 @@
 use super::cpu_pool::{Pass, Pool, PoolGrid, PoolKey, Watch, WorkerState};
 use super::dirty_set::DirtySet;
 use super::region::HostRegion;
-use super::Executor;
+use super::{Executor, HostSide};
 use crate::error::DeviceError;
 use crate::ffi::{self, BehaviourFn, RvGridView};
 use crate::layout::*;
@@ -90,7 +90,7 @@ struct CpuShared {
     /// The device is shutting down: no worker starts a step of it ([`Pool::detach`]).
     terminate: AtomicBool,
     dirty: DirtySet,
-    host_wake: Arc<dyn Fn() + Send + Sync>,
+    host: Arc<dyn HostSide>,
 }
 
 impl Drop for CpuShared {
@@ -114,12 +114,12 @@ unsafe impl Sync for CpuExecutor {}
 
 impl CpuExecutor {
     /// Allocates the regions for `header`, builds the view and hands it to the pool of workers for `config` and
-    /// `threads` (started if there is none). `host_wake` is called when a step published events or replies.
+    /// `threads` (started if there is none). `host` is told when a step published events or replies.
     pub(crate) fn start(
         config: CpuConfig,
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
-        host_wake: Arc<dyn Fn() + Send + Sync>,
+        host: Arc<dyn HostSide>,
         threads: HostThreads,
     ) -> Result<Self, DeviceError> {
         if config.workers == 0 || config.budget == 0 {
@@ -131,7 +131,7 @@ impl CpuExecutor {
                 config.stuck_after
             )));
         }
-        let inner = Arc::new(CpuShared::new(&config, header, table, host_wake)?);
+        let inner = Arc::new(CpuShared::new(&config, header, table, host)?);
         let shared_base = inner._shared.as_ptr();
         let pool = Pool::for_key(PoolKey {
             workers: config.workers,
@@ -174,7 +174,7 @@ impl CpuShared {
         config: &CpuConfig,
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
-        host_wake: Arc<dyn Fn() + Send + Sync>,
+        host: Arc<dyn HostSide>,
     ) -> Result<Self, DeviceError> {
         let shared = HostRegion::zeroed(header.shared_bytes)?;
         shared.dense(0, header.off_inboxes);
@@ -205,7 +205,7 @@ impl CpuShared {
             config: config.clone(),
             terminate: AtomicBool::new(false),
             dirty: DirtySet::new(slot_count),
-            host_wake,
+            host,
         })
     }
 
@@ -241,7 +241,7 @@ impl CpuShared {
         let r = self.run_slot(me, slot);
         if r & RV_STEP_REPLIED != 0 {
             self.dirty.mark_word(slot - slot % SLOTS_PER_WORD, 1 << (slot % SLOTS_PER_WORD));
-            (self.host_wake)();
+            self.host.published();
         }
         r & RV_STEP_PROGRESS != 0
     }
@@ -264,10 +264,12 @@ impl PoolGrid for CpuShared {
         let view = self.view.0 as *const RvGridView;
         let mut progress = 0u32;
         let mut replied = None;
+        let mut events = false;
         if try_lock(&self.keeper_lock) {
             // SAFETY: the view is valid while `self` lives; the lock makes this the only block-0 runner.
             let r = me.step(|| unsafe { ffi::rv_keeper_step(view) });
             release(&self.keeper_lock);
+            events = r & RV_STEP_REPLIED != 0;
             progress |= r;
         }
         let start = rotation % summary_words.max(1);
@@ -303,8 +305,14 @@ impl PoolGrid for CpuShared {
                 }
             }
         }
-        if progress & RV_STEP_REPLIED != 0 {
-            (self.host_wake)();
+        if events {
+            // read here, with the replies of this pass, if no one else is reading the device: a failure's notice
+            // then reaches its supervisor without a hop through the poller thread
+            // (counted as a step: a subscriber's hook that blocks, against its contract, holds this worker alone,
+            // and the pool starts another in its place)
+            me.step(|| self.host.events_published());
+        } else if progress & RV_STEP_REPLIED != 0 {
+            self.host.published();
         }
         Pass { progress: progress & RV_STEP_PROGRESS != 0, replied }
     }

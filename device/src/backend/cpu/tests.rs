@@ -228,8 +228,8 @@ impl WorkerlessGrid {
         Self::with_echo_and_wake(Arc::new(|| {}))
     }
 
-    /// [`WorkerlessGrid::with_echo`] with `host_wake` called when a step published replies.
-    fn with_echo_and_wake(host_wake: Arc<dyn Fn() + Send + Sync>) -> Self {
+    /// [`WorkerlessGrid::with_echo`] with `host` told when a step published replies.
+    fn with_echo_and_wake(host: Arc<dyn HostSide>) -> Self {
         let params = RawGridParams {
             slot_count: 2,
             inbox_capacity: 4,
@@ -242,7 +242,7 @@ impl WorkerlessGrid {
         };
         let header = super::super::compute_layout(&params).unwrap();
         let table = BehaviourSet::builtins().host_table();
-        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, host_wake).unwrap());
+        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, host).unwrap());
         // SAFETY: the header was written by CpuShared::new; the region lives as long as `grid` (both in Self).
         let host = unsafe { SharedGrid::new(grid._shared.as_ptr()) };
         let me = WorkerState::new();
@@ -275,6 +275,40 @@ impl WorkerlessGrid {
         // SAFETY: the view is valid while `grid` lives; the C side checks the slot.
         assert_eq!(unsafe { ffi::rv_cpu_mark_work(self.grid.view.0, slot) }, 1, "slot {slot} was not marked");
     }
+}
+
+/// What a grid's passes told the host, by kind.
+#[derive(Default)]
+struct Told {
+    published: AtomicU32,
+    events: AtomicU32,
+}
+
+impl HostSide for Told {
+    fn published(&self) {
+        self.published.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn events_published(&self) {
+        self.events.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A pass tells the host of block 0's events as such (the host may read them on the worker's thread), and of an
+/// actor's replies alone by waking the host's reader.
+#[test]
+fn a_pass_tells_the_host_of_block_0s_events_apart_from_replies() {
+    let told = Arc::new(Told::default());
+    let w = WorkerlessGrid::with_echo_and_wake(told.clone());
+    let events = told.events.load(Ordering::SeqCst);
+    assert!(events >= 1, "the creation's events, told as events");
+    assert_eq!(told.published.load(Ordering::SeqCst), 0, "nothing else was published");
+    w.publish_call(0);
+    w.mark(0);
+    w.grid.pass(&w.me, 0);
+    assert_eq!(w.host.outbox_tail(0), 1, "the call was answered");
+    assert_eq!(told.events.load(Ordering::SeqCst), events, "no event this time");
+    assert_eq!(told.published.load(Ordering::SeqCst), 1, "the reply woke the host's reader");
 }
 
 /// A watching worker answers a message as soon as the host publishes it, with no run-set mark: the mark is for

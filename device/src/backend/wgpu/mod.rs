@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::dirty_set::DirtySet;
 use super::region::HostRegion;
-use super::Executor;
+use super::{Executor, HostSide};
 use crate::behaviour::BehaviourSet;
 use crate::clock::unix_now_ns;
 use crate::error::DeviceError;
@@ -89,7 +89,7 @@ struct WgpuShared {
     terminate: AtomicBool,
     parker: Parker,
     dirty: DirtySet,
-    host_wake: Arc<dyn Fn() + Send + Sync>,
+    host_side: Arc<dyn HostSide>,
     /// How the executor thread waits (in the latency mode it never parks) and is scheduled.
     threads: HostThreads,
     failure: Mutex<Option<String>>,
@@ -115,7 +115,7 @@ impl WgpuExecutor {
         config: WgpuConfig,
         header: RawGridHeader,
         behaviours: &BehaviourSet,
-        host_wake: Arc<dyn Fn() + Send + Sync>,
+        host_side: Arc<dyn HostSide>,
         threads: HostThreads,
     ) -> Result<Self, DeviceError> {
         if config.slots_per_group == 0 || config.budget == 0 || config.rounds_per_submit == 0 {
@@ -137,7 +137,7 @@ impl WgpuExecutor {
             terminate: AtomicBool::new(false),
             parker: Parker::new(),
             dirty: DirtySet::new(header.slot_count),
-            host_wake,
+            host_side,
             threads,
             failure: Mutex::new(None),
             adapter,
@@ -229,7 +229,7 @@ fn run_rounds(s: &WgpuShared, gpu: &Gpu) {
             Err(why) => {
                 tracing::error!(%why, "wgpu backend stopped");
                 *lock(&s.failure) = Some(why);
-                (s.host_wake)();
+                s.host_side.published();
                 return;
             }
         }
@@ -306,7 +306,7 @@ fn round(s: &WgpuShared, gpu: &Gpu, mirror: &mut Mirror, started: std::time::Ins
     };
     gpu.readback.unmap();
     if published {
-        (s.host_wake)();
+        s.host_side.published();
     }
     Ok(progress)
 }
