@@ -166,7 +166,36 @@ fn a_halt_is_for_good_even_if_a_stall_ends_after_it() {
     eventually("declared lost", || d.health() == DeviceHealth::Lost);
 }
 
+/// A command that waits for room in a full command ring (block 0 stalled) holds no slot's lock meanwhile: a send
+/// to its slot goes through while it waits (it used to wait for the command, up to the command timeout; and the
+/// thread reading the device's events, which takes slots' locks, with it), and the command is carried out once
+/// block 0 runs again.
+fn a_command_waiting_for_room_in_the_command_ring_holds_up_no_send_to_its_slot() {
+    let mut config = DeviceConfig::default().slots(8).command_capacity(4);
+    config.command_timeout = Duration::from_secs(60); // the kill below never gives up while the test runs
+    let d = open_with(config);
+    d.create(0, "counter", &0i64.to_le_bytes()).unwrap().wait_blocking(T).unwrap();
+    d.inject_device(DeviceFault::Stall).unwrap();
+    let creates: Vec<PendingCommand> =
+        (1..=4).map(|s| d.create(s, "counter", &0i64.to_le_bytes()).expect("room for four")).collect();
+    let kill = {
+        let d = d.clone();
+        std::thread::spawn(move || d.kill(0)) // waits for room: the ring holds four commands block 0 does not take
+    };
+    std::thread::sleep(Duration::from_millis(100)); // (if the kill is not waiting yet, the send below proves less)
+    d.send(0, &5i64.to_le_bytes()).expect("a send to the slot of a command waiting for room");
+    assert!(!kill.is_finished(), "the kill still waits for room (block 0 is stalled)");
+    d.inject_device(DeviceFault::Resume).unwrap();
+    let killed = kill.join().unwrap().expect("submitted once block 0 made room");
+    for create in creates {
+        assert_eq!(create.wait_blocking(T).unwrap().event.kind, EventKind::Created);
+    }
+    let killed = killed.wait_blocking(T).unwrap();
+    assert_eq!(killed.event.kind, EventKind::Killed);
+}
+
 on_every_backend!(
+    a_command_waiting_for_room_in_the_command_ring_holds_up_no_send_to_its_slot,
     an_executor_stall_stops_every_block_and_is_ridden_out,
     a_halted_kernel_is_declared_lost_and_every_message_is_accounted_for,
     a_device_without_lost_after_is_never_declared_lost,
