@@ -102,31 +102,32 @@ pub(crate) trait HostSide: Send + Sync {
     }
 }
 
-/// A closure is a host side that only wakes (tests, and executors' own uses).
+/// A closure is a host side that only wakes (the executors' tests).
+#[cfg(test)]
 impl<F: Fn() + Send + Sync> HostSide for F {
     fn published(&self) {
         self();
     }
 }
 
-/// Starts the executor `backend` names over regions laid out by `header`. `host` is told when the executor
+/// Starts the executor `backend` names over regions laid out by `header`. `host_side` is told when the executor
 /// published events or replies (the CPU and WebGPU backends tell it; a GPU kernel cannot). `threads` says how the
 /// executor's own host threads wait (in the latency mode, the CPU backend's workers never park) and are scheduled.
 pub(crate) fn start(
     backend: &Backend,
     header: RawGridHeader,
     behaviours: &BehaviourSet,
-    host: Arc<dyn HostSide>,
+    host_side: Arc<dyn HostSide>,
     threads: HostThreads,
 ) -> Result<Box<dyn Executor>, DeviceError> {
     Ok(match backend {
         Backend::Cpu(config) => {
-            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), host, threads)?)
+            Box::new(cpu::CpuExecutor::start(config.clone(), header, behaviours.host_table(), host_side, threads)?)
         }
         Backend::Cuda(config) => Box::new(cuda::CudaExecutor::start(config.clone(), header, behaviours)?),
         #[cfg(feature = "wgpu")]
         Backend::Wgpu(config) => {
-            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, host, threads)?)
+            Box::new(self::wgpu::WgpuExecutor::start(config.clone(), header, behaviours, host_side, threads)?)
         }
     })
 }

@@ -90,7 +90,7 @@ struct CpuShared {
     /// The device is shutting down: no worker starts a step of it ([`Pool::detach`]).
     terminate: AtomicBool,
     dirty: DirtySet,
-    host: Arc<dyn HostSide>,
+    host_side: Arc<dyn HostSide>,
 }
 
 impl Drop for CpuShared {
@@ -114,12 +114,12 @@ unsafe impl Sync for CpuExecutor {}
 
 impl CpuExecutor {
     /// Allocates the regions for `header`, builds the view and hands it to the pool of workers for `config` and
-    /// `threads` (started if there is none). `host` is told when a step published events or replies.
+    /// `threads` (started if there is none). `host_side` is told when a step published events or replies.
     pub(crate) fn start(
         config: CpuConfig,
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
-        host: Arc<dyn HostSide>,
+        host_side: Arc<dyn HostSide>,
         threads: HostThreads,
     ) -> Result<Self, DeviceError> {
         if config.workers == 0 || config.budget == 0 {
@@ -131,7 +131,7 @@ impl CpuExecutor {
                 config.stuck_after
             )));
         }
-        let inner = Arc::new(CpuShared::new(&config, header, table, host)?);
+        let inner = Arc::new(CpuShared::new(&config, header, table, host_side)?);
         let shared_base = inner._shared.as_ptr();
         let pool = Pool::for_key(PoolKey {
             workers: config.workers,
@@ -174,7 +174,7 @@ impl CpuShared {
         config: &CpuConfig,
         header: RawGridHeader,
         table: Box<[Option<BehaviourFn>]>,
-        host: Arc<dyn HostSide>,
+        host_side: Arc<dyn HostSide>,
     ) -> Result<Self, DeviceError> {
         let shared = HostRegion::zeroed(header.shared_bytes)?;
         shared.dense(0, header.off_inboxes);
@@ -205,7 +205,7 @@ impl CpuShared {
             config: config.clone(),
             terminate: AtomicBool::new(false),
             dirty: DirtySet::new(slot_count),
-            host,
+            host_side,
         })
     }
 
@@ -241,7 +241,7 @@ impl CpuShared {
         let r = self.run_slot(me, slot);
         if r & RV_STEP_REPLIED != 0 {
             self.dirty.mark_word(slot - slot % SLOTS_PER_WORD, 1 << (slot % SLOTS_PER_WORD));
-            self.host.published();
+            self.host_side.published();
         }
         r & RV_STEP_PROGRESS != 0
     }
@@ -310,9 +310,9 @@ impl PoolGrid for CpuShared {
             // then reaches its supervisor without a hop through the poller thread
             // (counted as a step: a subscriber's hook that blocks, against its contract, holds this worker alone,
             // and the pool starts another in its place)
-            me.step(|| self.host.events_published());
+            me.step(|| self.host_side.events_published());
         } else if progress & RV_STEP_REPLIED != 0 {
-            self.host.published();
+            self.host_side.published();
         }
         Pass { progress: progress & RV_STEP_PROGRESS != 0, replied }
     }

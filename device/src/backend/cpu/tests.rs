@@ -228,8 +228,8 @@ impl WorkerlessGrid {
         Self::with_echo_and_wake(Arc::new(|| {}))
     }
 
-    /// [`WorkerlessGrid::with_echo`] with `host` told when a step published replies.
-    fn with_echo_and_wake(host: Arc<dyn HostSide>) -> Self {
+    /// [`WorkerlessGrid::with_echo`] with `host_side` told when a step published replies.
+    fn with_echo_and_wake(host_side: Arc<dyn HostSide>) -> Self {
         let params = RawGridParams {
             slot_count: 2,
             inbox_capacity: 4,
@@ -242,7 +242,7 @@ impl WorkerlessGrid {
         };
         let header = super::super::compute_layout(&params).unwrap();
         let table = BehaviourSet::builtins().host_table();
-        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, host).unwrap());
+        let grid = Arc::new(CpuShared::new(&CpuConfig::default(), header, table, host_side).unwrap());
         // SAFETY: the header was written by CpuShared::new; the region lives as long as `grid` (both in Self).
         let host = unsafe { SharedGrid::new(grid._shared.as_ptr()) };
         let me = WorkerState::new();
