@@ -153,8 +153,9 @@ pub(crate) trait Executor: Send + Sync {
     fn records_traces(&self) -> bool {
         true
     }
-    /// Calls `mark` for each slot where replies may be waiting since the last call (the poller is the only
-    /// caller). False if the executor cannot tell: the poller sweeps every slot.
+    /// Calls `mark` for each slot where replies may be waiting since the last call (made by whoever holds the
+    /// device's poll state: the poller, a caller polling in its place, a CPU worker reading the events it
+    /// published). False if the executor cannot tell: the reader sweeps every slot.
     fn dirty_slots(&self, mark: &mut dyn FnMut(u32)) -> bool;
     /// Stops executing; afterwards nothing touches the regions. Idempotent.
     fn shutdown(&self);
