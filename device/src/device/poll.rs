@@ -360,19 +360,14 @@ impl DeviceInner {
     /// events ([`HostReader`]): the notices they carry (a failure, to its supervisor) leave from here, not from a
     /// poller woken for them (a thread wake-up on a restart's path, 10-20 µs of it on a busy machine).
     fn read_events_here(&self) -> bool {
-        if self.closed.load(Ordering::Acquire) {
-            return false;
-        }
+        !self.closed.load(Ordering::Acquire) && self.poll_assist()
+    }
+
+    /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]); whether it did.
+    pub(super) fn poll_assist(&self) -> bool {
         let Some(mut st) = self.poll.try_lock() else { return false };
         self.poll_once(&mut st);
         true
-    }
-
-    /// Polls once in the poller's place if no one else is polling (see [`DeviceInner::poll`]).
-    pub(super) fn poll_assist(&self) {
-        if let Some(mut st) = self.poll.try_lock() {
-            self.poll_once(&mut st);
-        }
     }
 
     /// Reads the events, then `slot`'s outbox, in the poller's place, for the caller waiting for the reply
