@@ -41,6 +41,7 @@ extern "C" {
     pub fn rv_cpu_summary_words(view: *const RvGridView) -> u32;
     pub fn rv_cpu_summary(view: *const RvGridView, index: u32) -> u32;
     pub fn rv_cpu_host_seq(view: *const RvGridView, slot: u32) -> u32;
+    pub fn rv_cpu_prefetch_watched(view: *const RvGridView, slot: u32);
     pub fn rv_cpu_watch_marks(view: *const RvGridView, slot: u32) -> u32;
     pub fn rv_cpu_mark_work(view: *const RvGridView, slot: u32) -> u32;
     pub fn rv_cpu_take_one_marked(view: *const RvGridView, word: u32, from: u32) -> u32;

@@ -127,6 +127,11 @@ static void rv_cpu_prefetch_step(const rv_grid_view *v, uint32_t slot) {
     for (size_t line = 0; line < sizeof(rv_envelope); line += 64) __builtin_prefetch(cell + line, 0, 3);
 }
 
+/* The same lines, asked for by a worker watching `slot` (the CPU executor's `watch`) as soon as it saw `host_seq`
+ * move: the inbox cell then travels while the watcher takes the slot's lock and begins the step, instead of after
+ * the step's first loads. */
+extern "C" void rv_cpu_prefetch_watched(const rv_grid_view *v, uint32_t slot) { rv_cpu_prefetch_step(v, slot); }
+
 /* Takes the mark of one slot of run-set word `word`, the lowest at or above bit `from` (0 to 31); returns its bit,
  * or 32 when none is marked there. The other marks stay in the run set (the summary bit set again while some are
  * left), so a worker that then runs a behaviour that never returns strands no other slot: whoever looks next

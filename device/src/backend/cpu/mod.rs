@@ -318,7 +318,8 @@ impl PoolGrid for CpuShared {
     }
 
     /// Spinning rounds spent on `slot`, the one that replied last ([`PoolGrid::watch`]): in each, one pause and
-    /// a load of the slot's `host_seq`, and the slot's step as soon as it moved; every [`WATCH_MARKS_EVERY`]
+    /// a load of the slot's `host_seq`, and the slot's step as soon as it moved (its message's cell asked for
+    /// first: `rv_cpu_prefetch_watched`); every [`WATCH_MARKS_EVERY`]
     /// rounds a look at the run set (the slot's own mark taken and run; back to the passes at another slot's, or
     /// at work in `elsewhere`). One watcher per grid.
     fn watch(&self, me: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch {
@@ -335,6 +336,9 @@ impl PoolGrid for CpuShared {
             watch.pauses += 1;
             let now = host_seq();
             if now != seen {
+                // the message's cell asked for now, so that it travels while the step begins
+                // SAFETY: as for `host_seq`.
+                unsafe { ffi::rv_cpu_prefetch_watched(view, slot) };
                 seen = now;
                 match self.unwatched(|| self.watch_step(me, slot)) {
                     Some(progress) => watch.found_work |= progress,
