@@ -54,7 +54,7 @@ const ASSIST_FULL_POLL_EVERY: u32 = 64;
 /// to another slot or another device, whose reply only a whole poll reads). Without them a forwarded call waited
 /// for round 64: 3.3-4.1 µs for a forward against 1.1-1.7 µs with them (docs/benchmarks.md).
 const ASSIST_EARLY_FULL_POLLS: [u32; 2] = [15, 31];
-/// Whether a caller's spinning round `round` (from 0) polls the whole device regardless of what the device published.
+/// Whether a caller's spinning round `round` (from 0) polls the whole device, whatever the device published.
 fn whole_poll_due(round: u32) -> bool {
     round % ASSIST_FULL_POLL_EVERY == ASSIST_FULL_POLL_EVERY - 1 || ASSIST_EARLY_FULL_POLLS.contains(&round)
 }

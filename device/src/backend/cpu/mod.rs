@@ -319,9 +319,8 @@ impl PoolGrid for CpuShared {
 
     /// Spinning rounds spent on `slot`, the one that replied last ([`PoolGrid::watch`]): in each, one pause and
     /// a load of the slot's `host_seq`, and the slot's step as soon as it moved (its message's cell asked for
-    /// first: `rv_cpu_prefetch_watched`); every [`WATCH_MARKS_EVERY`]
-    /// rounds a look at the run set (the slot's own mark taken and run; back to the passes at another slot's, or
-    /// at work in `elsewhere`). One watcher per grid.
+    /// first: `rv_cpu_prefetch_watched`); every [`WATCH_MARKS_EVERY`] rounds a look at the run set (the slot's own
+    /// mark taken and run; back to the passes at another slot's, or at work in `elsewhere`). One watcher per grid.
     fn watch(&self, me: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch {
         if slot >= self.slot_count || self.watcher.swap(true, Ordering::Acquire) {
             return Watch::default();
