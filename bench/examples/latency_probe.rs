@@ -6,6 +6,13 @@
 //!
 //! `LATENCY_MODE=0` opens the device in the default mode instead (its calls beside the same floor).
 //!
+//! `SIZE=N` calls with an N-byte payload instead of 8 (over 96 bytes: through the slot's bulk areas, as the 4 KiB
+//! round-trip rows do; up to 1 MiB), echoed back.
+//!
+//! `PLACEMENT=1` prints every block's placement, not only a trapped one's; a placement names, for the calling
+//! thread and each of the device's threads, the CPU it last ran on, the CPUs it may run on and its voluntary /
+//! involuntary context switches so far (`caller@1[0-1] 3/8737`).
+//!
 //! `GAP_NS=N` leaves N ns (spun, not slept) between calls, as a service whose calls do not come back to back.
 //!
 //! `PIN=caller,poller,workers` pins the calling thread, the device's poller and its workers to those CPUs, to force
@@ -30,6 +37,8 @@ const T: Duration = Duration::from_secs(10);
 const PER_BLOCK: usize = 5_000;
 /// A block of calls whose median is over this is a trapped one.
 const SLOW_BLOCK_NS: f64 = 5_000.0;
+/// The largest `SIZE`: 16 of them fill the largest bulk area (`RV_MAX_BULK_BYTES`).
+const MAX_SIZE: usize = 1 << 20;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -110,8 +119,10 @@ fn placement() -> String {
         // fields after the parenthesised name: state is field 3, the CPU field 39
         let cpu = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(36)).unwrap_or("?");
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-        let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim();
-        out.push(format!("{}@{cpu}[{allowed}]", if caller { "caller" } else { comm.as_str() }));
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("?").trim().to_string();
+        let allowed = field("Cpus_allowed_list:");
+        let (vol, invol) = (field("voluntary_ctxt_switches:"), field("nonvoluntary_ctxt_switches:"));
+        out.push(format!("{}@{cpu}[{allowed}] {vol}/{invol}", if caller { "caller" } else { comm.as_str() }));
     }
     out.join(" ")
 }
@@ -121,7 +132,16 @@ fn main() {
     let with_floor = std::env::var_os("NOFLOOR").is_none();
     let gap_ns: u64 = std::env::var("GAP_NS").ok().and_then(|g| g.parse().ok()).unwrap_or(0);
     let latency_mode = std::env::var("LATENCY_MODE").map_or(true, |v| v != "0");
-    let device = Device::open(DeviceConfig::default().slots(4).latency_mode(latency_mode)).expect("device");
+    let every_placement = std::env::var_os("PLACEMENT").is_some();
+    let size: usize = std::env::var("SIZE").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    if size > MAX_SIZE {
+        eprintln!("SIZE {size} is over the probe's {MAX_SIZE} bytes");
+        std::process::exit(2);
+    }
+    // room for 16 such messages in each bulk area; none for a payload that fits an envelope
+    let bulk = if size > 96 { (size.next_power_of_two() * 16) as u32 } else { 0 };
+    let config = DeviceConfig::default().slots(4).latency_mode(latency_mode).bulk_bytes(bulk);
+    let device = Device::open(config).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
     if let Ok(spec) = std::env::var("PIN") {
         place(&spec);
@@ -133,7 +153,7 @@ fn main() {
             eprintln!("unpinned: {}", placement());
         }
     }
-    let payload = 7u64.to_le_bytes();
+    let payload: Vec<u8> = (0..size).map(|i| i as u8).collect();
     let (mut calls, mut floors, mut slow) = (Vec::new(), Vec::new(), 0);
     // block 0 warms up and is not kept
     for block in 0..=blocks {
@@ -146,15 +166,17 @@ fn main() {
                     }
                 }
                 let t0 = Instant::now();
-                device.call(0, &payload, T).expect("call");
-                t0.elapsed().as_nanos() as f64
+                let reply = device.call(0, &payload, T).expect("call");
+                let ns = t0.elapsed().as_nanos() as f64;
+                assert_eq!(reply.payload().expect("echo").len(), size, "echoed");
+                ns
             })
             .collect();
         let mut floor_ns = if with_floor { floor::spin_round_trips(PER_BLOCK) } else { Vec::new() };
         if block > 0 {
             let m = median(&mut call_ns);
             slow += usize::from(m > SLOW_BLOCK_NS);
-            if m > SLOW_BLOCK_NS {
+            if m > SLOW_BLOCK_NS || every_placement {
                 eprintln!("block {block}: median {m:.0} ns ({})", placement());
             }
             calls.push(m);
@@ -166,7 +188,8 @@ fn main() {
     device.shutdown();
     let call = median(&mut calls);
     let (p25, p75) = (calls[calls.len() / 4], calls[calls.len() * 3 / 4]);
-    print!("latency-mode call, median of {blocks} blocks' medians: {call:.0} ns (p25 {p25:.0}, p75 {p75:.0})");
+    let mode = if latency_mode { "latency-mode" } else { "default-mode" };
+    print!("{mode} call ({size} B), median of {blocks} blocks' medians: {call:.0} ns (p25 {p25:.0}, p75 {p75:.0})");
     if with_floor {
         let floor = median(&mut floors);
         print!("; spinning floor {floor:.0} ns; ratio {:.2}", call / floor);
