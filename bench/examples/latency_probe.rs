@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use ringvisor::device::message::PAYLOAD_BYTES;
 use ringvisor::device::{Device, DeviceConfig};
 
 #[path = "../src/floor.rs"]
@@ -139,7 +140,7 @@ fn main() {
         std::process::exit(2);
     }
     // room for 16 such messages in each bulk area; none for a payload that fits an envelope
-    let bulk = if size > 96 { (size.next_power_of_two() * 16) as u32 } else { 0 };
+    let bulk = if size > PAYLOAD_BYTES { (size.next_power_of_two() * 16) as u32 } else { 0 };
     let config = DeviceConfig::default().slots(4).latency_mode(latency_mode).bulk_bytes(bulk);
     let device = Device::open(config).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
