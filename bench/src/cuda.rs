@@ -1,4 +1,5 @@
-//! The CUDA backend beside the floor of this machine, measured in the same run (`--only-cuda`): the floor probe
+//! The CUDA backend beside the floor of this machine, measured in the same run (the full run's last rows, or alone
+//! with `--only-cuda`): the floor probe
 //! (one GPU thread ping-ponging a flag with the host through mapped memory) against a kernel launch per request,
 //! then `Device::call` round trips (default and latency mode) and a restart against that floor. On the GPU
 //! `RINGVISOR_BACKEND` names (`cuda`, `cuda-event`); elsewhere on the emulated driver, whose rows are its

@@ -2,6 +2,10 @@
 //! against a baseline measured in the same run. Prints a markdown table and writes it, as JSON, and an SVG
 //! of the round-trip distributions, to `--out` (default `target/bench`).
 //!
+//! The full run ends with the CUDA rows (`cuda.rs`): the real GPU's where `RINGVISOR_BACKEND` names the CUDA backend,
+//! else the emulated driver's prediction of them, beside the CPU backend's rows above them (none, with a message,
+//! where NVRTC is missing).
+//!
 //! `cargo run --release -p ringvisor-bench -- [--quick] [--out DIR] [--only-tree N,N,...] [--only-mirrored N,...]
 //! [--only-registry]
 //! [--only-large] [--only-wgpu] [--only-remote] [--only-routed] [--only-liveness] [--only-cuda] [--only-calls]
@@ -486,6 +490,7 @@ fn run(s: Scale) -> (Vec<Row>, String, String) {
     eprintln!("registry ...");
     rows.extend(registry_rows(s.latency_samples));
     rows.extend(backends::wgpu_rows(s.latency_samples, s.throughput_messages, 3));
+    rows.extend(cuda::cuda_rows(s.latency_samples));
     (rows, svg, start_plot)
 }
 
