@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use ringvisor::device::layout::RV_MAX_BULK_BYTES;
 use ringvisor::device::message::PAYLOAD_BYTES;
 use ringvisor::device::{Device, DeviceConfig};
 
@@ -38,8 +39,10 @@ const T: Duration = Duration::from_secs(10);
 const PER_BLOCK: usize = 5_000;
 /// A block of calls whose median is over this is a trapped one.
 const SLOW_BLOCK_NS: f64 = 5_000.0;
-/// The largest `SIZE`: 16 of them fill the largest bulk area (`RV_MAX_BULK_BYTES`).
-const MAX_SIZE: usize = 1 << 20;
+/// Messages of the probe's `SIZE` each bulk area has room for.
+const BULK_MESSAGES: usize = 16;
+/// The largest `SIZE`: [`BULK_MESSAGES`] of them fill the largest bulk area.
+const MAX_SIZE: usize = RV_MAX_BULK_BYTES as usize / BULK_MESSAGES;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -139,8 +142,8 @@ fn main() {
         eprintln!("SIZE {size} is over the probe's {MAX_SIZE} bytes");
         std::process::exit(2);
     }
-    // room for 16 such messages in each bulk area; none for a payload that fits an envelope
-    let bulk = if size > PAYLOAD_BYTES { (size.next_power_of_two() * 16) as u32 } else { 0 };
+    // room for BULK_MESSAGES such messages in each bulk area; none for a payload that fits an envelope
+    let bulk = if size > PAYLOAD_BYTES { (size.next_power_of_two() * BULK_MESSAGES) as u32 } else { 0 };
     let config = DeviceConfig::default().slots(4).latency_mode(latency_mode).bulk_bytes(bulk);
     let device = Device::open(config).expect("device");
     device.create(0, "echo", &[]).expect("create").wait_blocking(T).expect("created");
