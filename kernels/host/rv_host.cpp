@@ -127,9 +127,9 @@ static void rv_cpu_prefetch_step(const rv_grid_view *v, uint32_t slot) {
     for (size_t line = 0; line < sizeof(rv_envelope); line += 64) __builtin_prefetch(cell + line, 0, 3);
 }
 
-/* The same lines, asked for by a worker watching `slot` (the CPU executor's `watch`) as soon as it saw `host_seq`
- * move: the inbox cell then travels while the watcher takes the slot's lock and begins the step, instead of after
- * the step's first loads. */
+/* The same lines, asked for by a worker watching `slot` (the CPU executor's `watch`) in every round and again as
+ * soon as it saw `host_seq` move: the inbox cell then travels with `host_seq`'s line, or at worst while the watcher
+ * takes the slot's lock and begins the step, instead of after the step's first loads. */
 extern "C" void rv_cpu_prefetch_watched(const rv_grid_view *v, uint32_t slot) { rv_cpu_prefetch_step(v, slot); }
 
 /* Takes the mark of one slot of run-set word `word`, the lowest at or above bit `from` (0 to 31); returns its bit,

@@ -39,7 +39,7 @@ impl CallWait {
     }
 
     /// The call is over: its waiter kept for the thread's next call, or its direct call ended.
-    fn finish(self) {
+    pub(super) fn finish(self) {
         match self {
             Self::Registered(waiter) => recycle_waiter(waiter),
             Self::Direct(cell) => cell.end(),

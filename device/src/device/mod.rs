@@ -40,6 +40,7 @@ mod grants;
 mod health;
 mod inbox;
 mod messages;
+mod outbox;
 mod poll;
 mod routing;
 mod sender;

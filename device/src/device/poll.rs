@@ -8,15 +8,11 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::messages::CallWait;
-use super::routing::{self, RouteStep};
-use super::waiters;
+use super::outbox::OwnReply;
 use super::DeviceInner;
 use crate::backend::HostSide;
-use crate::bulk;
 use crate::error::DeviceError;
-use crate::layout::{RawEnvelope, RV_ERR_BAD_ENVELOPE, RV_KIND_ERROR};
-use crate::message::{Envelope, Reply};
-use crate::ring;
+use crate::message::Reply;
 use crate::sync::Completion;
 use crate::sync::OwnLine;
 use crate::thread_slice::LentSlice;
@@ -61,13 +57,6 @@ fn whole_poll_due(round: u32) -> bool {
 
 /// A waiting caller reads the clock once every this many spinning rounds (a clock read costs more than a round).
 const ASSIST_CLOCK_EVERY: u32 = 8;
-
-/// The reply a caller polling its own slot's outbox waits for ([`DeviceInner::assist_call`]), and, once read,
-/// its answer.
-pub(super) struct OwnReply {
-    correlation: u64,
-    answer: Option<Result<Reply, DeviceError>>,
-}
 
 /// Idle rounds the poller spins through before it yields: few, since a caller waiting for a reply polls in its
 /// place ([`DeviceInner::assist`]), and a poller spinning for long kept a busy machine's last free core from
@@ -390,6 +379,9 @@ impl DeviceInner {
     fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
         let mut st = self.poll.try_lock()?;
         let st = &mut *st;
+        if let Some(lone) = self.take_lone_own_reply(st, slot, correlation) {
+            return Some(lone);
+        }
         st.sweep.clear();
         self.read_events(&mut st.event_head, &mut st.sweep);
         st.sweep.push(slot);
@@ -434,111 +426,6 @@ impl DeviceInner {
             work |= self.drain_outbox(slot, &mut outbox_heads[slot as usize], held, None);
         }
         work
-    }
-
-    /// Reads `slot`'s outbox from `head`: replies to their callers, routed messages to their targets (one that
-    /// must wait for room stops the read: later cells wait behind it, and `held` says since when).
-    /// `own`: the reply the caller reading this outbox waits for itself, handed to it there (see
-    /// [`DeviceInner::deliver_reply`]).
-    pub(super) fn drain_outbox(
-        &self,
-        slot: u32,
-        head: &mut u32,
-        held: &mut Vec<(u32, Instant)>,
-        mut own: Option<&mut OwnReply>,
-    ) -> bool {
-        let tail = self.grid.outbox_tail(slot);
-        let available = ring::distance(*head, tail);
-        if available == 0 {
-            return false;
-        }
-        let capacity = self.grid.config().outbox_capacity;
-        if available > capacity {
-            tracing::error!(slot, head = *head, tail, "impossible outbox tail from the device; ignoring it");
-            return false;
-        }
-        let start = *head;
-        // only the first cell can be one held before
-        let mut held_since = held.iter().position(|&(s, _)| s == slot).map(|i| held.swap_remove(i).1);
-        while *head != tail {
-            let raw = self.grid.read_outbox(slot, *head);
-            let reply = if routing::is_routed(&raw) {
-                if let RouteStep::Hold = self.route_outbox_message(slot, &raw, held_since) {
-                    held.push((slot, held_since.unwrap_or_else(Instant::now)));
-                    break;
-                }
-                None
-            } else {
-                Some(self.outbox_envelope(slot, raw))
-            };
-            *head = head.wrapping_add(1);
-            self.grid.release_outbox(slot, *head);
-            if let Some(env) = reply {
-                self.deliver_reply(slot, env, own.as_deref_mut());
-            }
-            held_since = None;
-        }
-        if *head == start {
-            return false;
-        }
-        self.executor.outbox_read();
-        true
-    }
-
-    /// The reply `raw` read from `slot`'s outbox, a large one's bytes included (and frees them for the device).
-    /// A reference outside the slot's area is the device's error: the reply becomes an error answer
-    /// (`BadEnvelope`), so a caller waiting for it is answered, not left to time out.
-    fn outbox_envelope(&self, slot: u32, mut raw: RawEnvelope) -> Envelope {
-        let Some(r) = bulk::reference(&raw) else { return Envelope::from_raw(&raw) };
-        match bulk::offset(self.grid.config().bulk_bytes, r) {
-            Some(offset) => {
-                let bytes = self.grid.read_outbox_bulk(slot, offset, r.len);
-                self.grid.release_outbox_bulk(slot, r.end);
-                Envelope::from_raw_parts(&raw, Some(bytes))
-            }
-            None => {
-                tracing::error!(slot, end = r.end, len = r.len, "impossible bulk reference from the device");
-                raw.kind = RV_KIND_ERROR as u8;
-                raw.flags = 0;
-                raw.payload_len = 8;
-                raw.payload[..4].copy_from_slice(&RV_ERR_BAD_ENVELOPE.to_le_bytes());
-                raw.payload[4..8].copy_from_slice(&r.len.to_le_bytes());
-                Envelope::from_raw(&raw)
-            }
-        }
-    }
-
-    /// Hands the reply `env` read from `slot`'s outbox to `own` when it is the reply the caller reading the
-    /// outbox waits for itself (a direct call has no waiter; a registered one's leaves the map: nothing else
-    /// answers it), else to its call's waiter (a direct call adopted now, `Calls::take`), or to
-    /// [`Device::replies`](super::Device::replies) when no call waits for it.
-    ///
-    /// Runs under the poll state's lock (outboxes are read only by its holder), so its counters have one writer
-    /// at a time: a load and a store, not a read-modify-write (a locked instruction on every call's path).
-    pub(super) fn deliver_reply(&self, slot: u32, env: Envelope, own: Option<&mut OwnReply>) {
-        let count = |counter: &std::sync::atomic::AtomicU64| {
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed)
-        };
-        count(&self.counters.replies);
-        let reply = Reply::from_envelope(slot, env);
-        if reply.is_error() {
-            count(&self.counters.error_replies);
-        }
-        let answer = |reply: Reply| match reply.payload() {
-            Err(e) => Err(e),
-            Ok(_) => Ok(reply),
-        };
-        let correlation = reply.correlation;
-        let own = own.filter(|own| own.correlation == correlation);
-        // the caller's own: a direct call has no waiter, a registered one's leaves the map (nothing else answers
-        // either); the map's lock is taken once either way
-        let own_direct = own.is_some() && waiters::is_direct(correlation);
-        let waiter = if own_direct { None } else { self.calls.lock().take(correlation) };
-        match (own, waiter) {
-            (Some(own), waiter) if own_direct || waiter.is_some() => own.answer = Some(answer(reply)),
-            (_, Some(w)) => w.complete(answer(reply)),
-            (_, None) => self.replies.push(reply),
-        }
     }
 }
 
