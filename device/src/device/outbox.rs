@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::poll::PollState;
 use super::routing::{self, RouteStep};
 use super::waiters;
 use super::DeviceInner;
@@ -28,16 +27,19 @@ impl DeviceInner {
     /// book-keeping (the sweep, the held messages, the reply's hand-offs: ~50 ns of a 400 ns latency-mode call):
     /// no events to apply first, no routed message held, and in `slot`'s outbox nothing, or one message: the
     /// reply to the direct call `correlation`. `None` otherwise (the general path reads).
+    /// The poll state's holder passes where it has read the events up to (`event_head`), the routed messages
+    /// it holds, and the host's head of `slot`'s outbox.
     pub(super) fn take_lone_own_reply(
         &self,
-        st: &mut PollState,
+        event_head: u32,
+        held: &[(u32, Instant)],
+        head: &mut u32,
         slot: u32,
         correlation: u64,
     ) -> Option<Option<Result<Reply, DeviceError>>> {
-        if !waiters::is_direct(correlation) || !st.held.is_empty() || self.grid.event_tail() != st.event_head {
+        if !waiters::is_direct(correlation) || !held.is_empty() || self.grid.event_tail() != event_head {
             return None;
         }
-        let head = &mut st.outbox_heads[slot as usize];
         match ring::distance(*head, self.grid.outbox_tail(slot)) {
             0 => return Some(None),
             1 => {}
@@ -173,28 +175,30 @@ fn answer(reply: Reply) -> Result<Reply, DeviceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::poll::PollState;
     use crate::device::{Device, DeviceConfig};
     use crate::error::DeviceCode;
-    use crate::spin_lock::SpinGuard;
     use crate::wait::CallClock;
     use std::time::Duration;
 
     const T: Duration = Duration::from_secs(10);
 
-    /// Waits (holding the poll state, so no one else reads the outbox) until `slot`'s outbox holds `n` messages
-    /// past the host's head.
-    fn wait_for_outbox(d: &Device, st: &PollState, slot: u32, n: u32) {
+    /// [`DeviceInner::take_lone_own_reply`] of device `d` for the holder of its poll state `st` (a guard).
+    macro_rules! take_lone {
+        ($d:expr, $st:expr, $slot:expr, $correlation:expr) => {{
+            let st = &mut *$st;
+            let head = &mut st.outbox_heads[$slot as usize];
+            $d.inner.take_lone_own_reply(st.event_head, &st.held, head, $slot, $correlation)
+        }};
+    }
+
+    /// Waits until `slot`'s outbox holds `n` messages past the host's `head` (the caller holds the poll state, so
+    /// no one else reads the outbox).
+    fn wait_for_outbox(d: &Device, head: u32, slot: u32, n: u32) {
         let until = Instant::now() + T;
-        while ring::distance(st.outbox_heads[slot as usize], d.inner.grid.outbox_tail(slot)) < n {
+        while ring::distance(head, d.inner.grid.outbox_tail(slot)) < n {
             assert!(Instant::now() < until, "the device never published {n} messages in slot {slot}'s outbox");
             std::thread::yield_now();
         }
-    }
-
-    /// Holds the poll state: no one else reads the device while the test looks at its outboxes.
-    fn hold(d: &Device) -> SpinGuard<'_, PollState> {
-        d.inner.poll.lock()
     }
 
     /// A direct call's reply alone in its slot's outbox is taken, read as the general path reads it: the reply,
@@ -205,15 +209,15 @@ mod tests {
         let d = Device::open(DeviceConfig::default().slots(2)).expect("device");
         d.create(0, "echo", &[]).and_then(|p| p.wait_blocking(T)).expect("echo");
         d.create(1, "test", &[]).and_then(|p| p.wait_blocking(T)).expect("test");
-        let mut st = hold(&d);
+        let mut st = d.inner.poll.lock();
         let before = d.stats();
 
         let (correlation, wait) = d.start_call(0, b"hello", None).expect("call written");
         assert!(waiters::is_direct(correlation), "the thread's first call in flight is a direct one");
-        wait_for_outbox(&d, &st, 0, 1);
+        wait_for_outbox(&d, st.outbox_heads[0], 0, 1);
         let ordinary = super::super::correlation::next();
-        assert!(d.inner.take_lone_own_reply(&mut st, 0, ordinary).is_none(), "not a direct call's id");
-        let got = d.inner.take_lone_own_reply(&mut st, 0, correlation);
+        assert!(take_lone!(d, st, 0, ordinary).is_none(), "not a direct call's id");
+        let got = take_lone!(d, st, 0, correlation);
         match got {
             Some(Some(Ok(reply))) => {
                 assert_eq!(reply.payload().expect("a reply"), b"hello");
@@ -222,13 +226,13 @@ mod tests {
             other => panic!("expected the echo's reply, got {other:?}"),
         }
         assert_eq!(st.outbox_heads[0], d.inner.grid.outbox_tail(0), "the outbox was read past the reply");
-        assert!(matches!(d.inner.take_lone_own_reply(&mut st, 0, correlation), Some(None)), "nothing more");
+        assert!(matches!(take_lone!(d, st, 0, correlation), Some(None)), "nothing more");
         wait.finish();
 
         // a payload under 4 bytes: the test behaviour answers BadEnvelope with the length as its detail
         let (correlation, wait) = d.start_call(1, &[1, 2], None).expect("call written");
-        wait_for_outbox(&d, &st, 1, 1);
-        let got = d.inner.take_lone_own_reply(&mut st, 1, correlation);
+        wait_for_outbox(&d, st.outbox_heads[1], 1, 1);
+        let got = take_lone!(d, st, 1, correlation);
         assert!(
             matches!(got, Some(Some(Err(DeviceError::ErrorReply { code: DeviceCode::BadEnvelope, detail: 2 })))),
             "{got:?}"
@@ -252,7 +256,7 @@ mod tests {
         let replies = d.replies();
 
         // an event first: the creation of slot 1
-        let mut st = hold(&d);
+        let mut st = d.inner.poll.lock();
         let created = d.create(1, "echo", &[]).expect("create");
         let until = Instant::now() + T;
         while d.inner.grid.event_tail() == st.event_head {
@@ -260,9 +264,9 @@ mod tests {
             std::thread::yield_now();
         }
         let (correlation, mut wait) = d.start_call(0, b"after an event", None).expect("call written");
-        wait_for_outbox(&d, &st, 0, 1);
+        wait_for_outbox(&d, st.outbox_heads[0], 0, 1);
         let head = st.outbox_heads[0];
-        assert!(d.inner.take_lone_own_reply(&mut st, 0, correlation).is_none(), "events come first");
+        assert!(take_lone!(d, st, 0, correlation).is_none(), "events come first");
         assert_eq!(st.outbox_heads[0], head, "nothing read");
         drop(st);
         let answer = d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);
@@ -271,12 +275,12 @@ mod tests {
         created.wait_blocking(T).expect("created");
 
         // a send's reply before the call's
-        let mut st = hold(&d);
+        let mut st = d.inner.poll.lock();
         let sent = d.write_message(0, b"sent first", true, None).expect("sent");
         let (correlation, mut wait) = d.start_call(0, b"called second", None).expect("call written");
-        wait_for_outbox(&d, &st, 0, 2);
+        wait_for_outbox(&d, st.outbox_heads[0], 0, 2);
         let head = st.outbox_heads[0];
-        assert!(d.inner.take_lone_own_reply(&mut st, 0, correlation).is_none(), "not alone in the outbox");
+        assert!(take_lone!(d, st, 0, correlation).is_none(), "not alone in the outbox");
         assert_eq!(st.outbox_heads[0], head, "nothing read");
         drop(st);
         let answer = d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);

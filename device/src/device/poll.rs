@@ -379,7 +379,8 @@ impl DeviceInner {
     fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
         let mut st = self.poll.try_lock()?;
         let st = &mut *st;
-        if let Some(lone) = self.take_lone_own_reply(st, slot, correlation) {
+        let head = &mut st.outbox_heads[slot as usize];
+        if let Some(lone) = self.take_lone_own_reply(st.event_head, &st.held, head, slot, correlation) {
             return Some(lone);
         }
         st.sweep.clear();
