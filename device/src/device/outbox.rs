@@ -24,7 +24,7 @@ pub(super) struct OwnReply {
 
 impl DeviceInner {
     /// [`DeviceInner::poll_own_slot`] in its common case, read as the general path would read it but without its
-    /// book-keeping (the sweep, the held messages, the reply's hand-offs: ~50 ns of a 400 ns latency-mode call):
+    /// book-keeping (the sweep, the held messages, the reply's hand-offs: ~10 ns of a 400 ns latency-mode call):
     /// no events to apply first, no routed message held, and in `slot`'s outbox nothing, or one message: the
     /// reply to the direct call `correlation`. `None` otherwise (the general path reads).
     /// The poll state's holder passes where it has read the events up to (`event_head`), the routed messages
