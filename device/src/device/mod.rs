@@ -186,6 +186,7 @@ impl Device {
             poll: SpinLock::new(PollState {
                 sweep: Vec::new(),
                 outbox_heads: vec![0; config.slots as usize],
+                outbox_released: vec![0; config.slots as usize],
                 held: Vec::new(),
                 event_head: 0,
                 progress: (0, 0, 0),

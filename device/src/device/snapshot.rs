@@ -24,7 +24,8 @@ pub struct SlotSnapshot {
     pub behaviour: BehaviourId,
     /// Device inbox head (consumed) and host inbox tail (written).
     pub inbox: (u32, u32),
-    /// Host outbox head (read) and device outbox tail (written).
+    /// Host outbox head (released to the device: read, but for up to an eighth of the outbox a caller read
+    /// its own reply from and has not released yet) and device outbox tail (written).
     pub outbox: (u32, u32),
     /// Kernel-to-kernel messages sent, received, dropped (dropped: over the slot's lifetime).
     pub k2k: (u32, u32, u32),
