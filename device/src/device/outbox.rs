@@ -289,6 +289,23 @@ mod tests {
         }
     }
 
+    /// Calls slot 0 of device `d` with `payload` while the test holds its poll state `st` (a guard, dropped
+    /// here): once `in_outbox` messages lie in the outbox, the lone reply's path declines for `why`, reading
+    /// nothing, and the general path then answers the call with the echo.
+    macro_rules! declined_then_answered {
+        ($d:expr, $st:expr, $payload:expr, $in_outbox:expr, $why:expr) => {{
+            let (correlation, mut wait) = $d.start_call(0, $payload, None).expect("call written");
+            wait_for_outbox(&$d, $st.outbox_heads[0], 0, $in_outbox);
+            let head = $st.outbox_heads[0];
+            assert!(take_lone!($d, $st, 0, correlation).is_none(), $why);
+            assert_eq!($st.outbox_heads[0], head, "nothing read");
+            drop($st);
+            let answer = $d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);
+            assert_eq!(answer.expect("answered").expect("a reply").payload().expect("echo"), $payload);
+            wait.finish();
+        }};
+    }
+
     /// The lone reply's path declines, reading nothing, when the general path must read: block 0 published
     /// events (applied first), or the outbox holds another message before the reply (a send's reply, which goes
     /// to `replies()`). The general path then answers the call and delivers the rest.
@@ -306,29 +323,13 @@ mod tests {
             assert!(Instant::now() < until, "block 0 never published the creation's event");
             std::thread::yield_now();
         }
-        let (correlation, mut wait) = d.start_call(0, b"after an event", None).expect("call written");
-        wait_for_outbox(&d, st.outbox_heads[0], 0, 1);
-        let head = st.outbox_heads[0];
-        assert!(take_lone!(d, st, 0, correlation).is_none(), "events come first");
-        assert_eq!(st.outbox_heads[0], head, "nothing read");
-        drop(st);
-        let answer = d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);
-        assert_eq!(answer.expect("answered").expect("a reply").payload().expect("echo"), b"after an event");
-        wait.finish();
+        declined_then_answered!(d, st, b"after an event", 1, "events come first");
         created.wait_blocking(T).expect("created");
 
         // a send's reply before the call's
         let mut st = d.inner.poll.lock();
         let sent = d.write_message(0, b"sent first", true, None).expect("sent");
-        let (correlation, mut wait) = d.start_call(0, b"called second", None).expect("call written");
-        wait_for_outbox(&d, st.outbox_heads[0], 0, 2);
-        let head = st.outbox_heads[0];
-        assert!(take_lone!(d, st, 0, correlation).is_none(), "not alone in the outbox");
-        assert_eq!(st.outbox_heads[0], head, "nothing read");
-        drop(st);
-        let answer = d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);
-        assert_eq!(answer.expect("answered").expect("a reply").payload().expect("echo"), b"called second");
-        wait.finish();
+        declined_then_answered!(d, st, b"called second", 2, "not alone in the outbox");
         let first = replies.recv_timeout(T).expect("the send's reply delivered");
         assert_eq!((first.correlation, first.payload().expect("echo")), (sent, &b"sent first"[..]));
         d.shutdown();
