@@ -378,7 +378,8 @@ impl DeviceInner {
     /// Reads the events, then `slot`'s outbox, in the poller's place, for the caller waiting for the reply
     /// `correlation` from that slot: that reply, if found, is the caller's (`Some(Some(..))`), without the
     /// executor's word on which slots have replies (what that word says stays for the next whole poll, which
-    /// finds the outbox read). `None` when someone else is polling (they deliver what they read).
+    /// finds the outbox read). `None` when someone else is polling (they deliver what they read). Its reply alone
+    /// in the outbox, with no event before it, is taken by `outbox.rs`'s `take_lone_own_reply`.
     fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
         let mut st = self.poll.try_lock()?;
         let st = &mut *st;

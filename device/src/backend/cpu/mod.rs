@@ -319,8 +319,9 @@ impl PoolGrid for CpuShared {
 
     /// Spinning rounds spent on `slot`, the one that replied last ([`PoolGrid::watch`]): in each, the lines of the
     /// cell its next message will fill asked for (`rv_cpu_prefetch_watched`), one pause and a load of the slot's
-    /// `host_seq`, and the slot's step as soon as it moved (the cell asked for again first); every [`WATCH_MARKS_EVERY`] rounds a look at the run set (the slot's own
-    /// mark taken and run; back to the passes at another slot's, or at work in `elsewhere`). One watcher per grid.
+    /// `host_seq`, and the slot's step as soon as it moved (the cell asked for again first); every
+    /// [`WATCH_MARKS_EVERY`] rounds a look at the run set (the slot's own mark taken and run; back to the passes at
+    /// another slot's, or at work in `elsewhere`). One watcher per grid.
     fn watch(&self, me: &WorkerState, slot: u32, pauses: u32, elsewhere: &dyn Fn() -> bool) -> Watch {
         if slot >= self.slot_count || self.watcher.swap(true, Ordering::Acquire) {
             return Watch::default();
@@ -332,8 +333,8 @@ impl PoolGrid for CpuShared {
         let mut watch = Watch::default();
         while watch.pauses < pauses {
             // the cell the next message will fill, asked for in every round: once the host has written it, its
-            // lines travel with host_seq's, not after them (docs/benchmarks.md, "The next message's cell asked for
-            // in every round")
+            // lines travel with host_seq's, not after them (3-12 ns of a latency-mode call, 29-143 ns while the
+            // VM's vCPUs sit far apart: docs/benchmarks.md, session 26)
             // SAFETY: as for `host_seq`.
             unsafe { ffi::rv_cpu_prefetch_watched(view, slot) };
             std::hint::spin_loop();
