@@ -66,6 +66,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use accounting::SlotHost;
+use outbox::OutboxCursor;
 use poll::PollState;
 use subscribers::Subscribers;
 
@@ -185,8 +186,7 @@ impl Device {
             poller_bell,
             poll: SpinLock::new(PollState {
                 sweep: Vec::new(),
-                outbox_heads: vec![0; config.slots as usize],
-                outbox_released: vec![0; config.slots as usize],
+                outboxes: vec![OutboxCursor::default(); config.slots as usize],
                 held: Vec::new(),
                 event_head: 0,
                 progress: (0, 0, 0),

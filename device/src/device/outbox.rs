@@ -22,9 +22,15 @@ pub(super) struct OwnReply {
     pub(super) answer: Option<Result<Reply, DeviceError>>,
 }
 
-/// Where the host has read one outbox up to, and where it last released it to the device up to (its
-/// `outbox_head`), both from the poll state.
-pub(super) type Cursor<'a> = (&'a mut u32, &'a mut u32);
+/// One slot's outbox as the poll state's holder reads it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct OutboxCursor {
+    /// Where the host has read it up to.
+    pub(super) head: u32,
+    /// Where the host last released it to the device up to (the `outbox_head` the device sees): behind `head`
+    /// while the cells of lone replies wait to be released ([`lone_release_every`]).
+    pub(super) released: u32,
+}
 
 /// A caller that took its own lone reply releases the outbox cells read to the device once this many lie
 /// unreleased (an eighth of the outbox, at least one; the general read releases each cell as it goes): a release
@@ -48,7 +54,7 @@ impl DeviceInner {
         &self,
         event_head: u32,
         held: &[(u32, Instant)],
-        (head, released): Cursor<'_>,
+        OutboxCursor { head, released }: &mut OutboxCursor,
         slot: u32,
         correlation: u64,
     ) -> Option<Option<Result<Reply, DeviceError>>> {
@@ -82,7 +88,7 @@ impl DeviceInner {
     pub(super) fn drain_outbox(
         &self,
         slot: u32,
-        (head, released): Cursor<'_>,
+        OutboxCursor { head, released }: &mut OutboxCursor,
         held: &mut Vec<(u32, Instant)>,
         mut own: Option<&mut OwnReply>,
     ) -> bool {
@@ -206,8 +212,7 @@ mod tests {
     macro_rules! take_lone {
         ($d:expr, $st:expr, $slot:expr, $correlation:expr) => {{
             let st = &mut *$st;
-            let cursor = (&mut st.outbox_heads[$slot as usize], &mut st.outbox_released[$slot as usize]);
-            $d.inner.take_lone_own_reply(st.event_head, &st.held, cursor, $slot, $correlation)
+            $d.inner.take_lone_own_reply(st.event_head, &st.held, &mut st.outboxes[$slot as usize], $slot, $correlation)
         }};
     }
 
@@ -234,7 +239,7 @@ mod tests {
 
         let (correlation, wait) = d.start_call(0, b"hello", None).expect("call written");
         assert!(waiters::is_direct(correlation), "the thread's first call in flight is a direct one");
-        wait_for_outbox(&d, st.outbox_heads[0], 0, 1);
+        wait_for_outbox(&d, st.outboxes[0].head, 0, 1);
         let ordinary = super::super::correlation::next();
         assert!(take_lone!(d, st, 0, ordinary).is_none(), "not a direct call's id");
         let got = take_lone!(d, st, 0, correlation);
@@ -245,13 +250,13 @@ mod tests {
             }
             other => panic!("expected the echo's reply, got {other:?}"),
         }
-        assert_eq!(st.outbox_heads[0], d.inner.grid.outbox_tail(0), "the outbox was read past the reply");
+        assert_eq!(st.outboxes[0].head, d.inner.grid.outbox_tail(0), "the outbox was read past the reply");
         assert!(matches!(take_lone!(d, st, 0, correlation), Some(None)), "nothing more");
         wait.finish();
 
         // a payload under 4 bytes: the test behaviour answers BadEnvelope with the length as its detail
         let (correlation, wait) = d.start_call(1, &[1, 2], None).expect("call written");
-        wait_for_outbox(&d, st.outbox_heads[1], 1, 1);
+        wait_for_outbox(&d, st.outboxes[1].head, 1, 1);
         let got = take_lone!(d, st, 1, correlation);
         assert!(
             matches!(got, Some(Some(Err(DeviceError::ErrorReply { code: DeviceCode::BadEnvelope, detail: 2 })))),
@@ -277,7 +282,7 @@ mod tests {
             let mut st = d.inner.poll.lock();
             for taken in 1..=2 * every {
                 let (correlation, wait) = d.start_call(0, b"released?", None).expect("call written");
-                wait_for_outbox(&d, st.outbox_heads[0], 0, 1);
+                wait_for_outbox(&d, st.outboxes[0].head, 0, 1);
                 assert!(matches!(take_lone!(d, st, 0, correlation), Some(Some(Ok(_)))), "reply {taken} taken");
                 wait.finish();
                 let (device_head, tail) = d.snapshot(0).expect("snapshot").outbox;
@@ -295,10 +300,10 @@ mod tests {
     macro_rules! declined_then_answered {
         ($d:expr, $st:expr, $payload:expr, $in_outbox:expr, $why:expr) => {{
             let (correlation, mut wait) = $d.start_call(0, $payload, None).expect("call written");
-            wait_for_outbox(&$d, $st.outbox_heads[0], 0, $in_outbox);
-            let head = $st.outbox_heads[0];
+            wait_for_outbox(&$d, $st.outboxes[0].head, 0, $in_outbox);
+            let head = $st.outboxes[0].head;
             assert!(take_lone!($d, $st, 0, correlation).is_none(), $why);
-            assert_eq!($st.outbox_heads[0], head, "nothing read");
+            assert_eq!($st.outboxes[0].head, head, "nothing read");
             drop($st);
             let answer = $d.inner.assist_call(&mut wait, &mut CallClock::new(T), 0, correlation);
             assert_eq!(answer.expect("answered").expect("a reply").payload().expect("echo"), $payload);

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::messages::CallWait;
-use super::outbox::OwnReply;
+use super::outbox::{OutboxCursor, OwnReply};
 use super::DeviceInner;
 use crate::backend::HostSide;
 use crate::error::DeviceError;
@@ -21,10 +21,8 @@ use crate::wait::{CallClock, HostThreads, IdleBackoff, Parker};
 /// Where the host has read the event ring and each outbox up to.
 pub(super) struct PollState {
     pub(super) sweep: Vec<u32>,
-    pub(super) outbox_heads: Vec<u32>,
-    /// Where each outbox was last released to the device up to (its `outbox_head`): a caller that takes its own
-    /// lone reply releases only every so many cells (`outbox.rs`, `lone_release_every`).
-    pub(super) outbox_released: Vec<u32>,
+    /// Each slot's outbox: read up to, and released to the device up to.
+    pub(super) outboxes: Vec<OutboxCursor>,
     /// Slots whose outbox starts with a routed message waiting for room in its target's inbox, and since when.
     pub(super) held: Vec<(u32, Instant)>,
     pub(super) event_head: u32,
@@ -383,19 +381,18 @@ impl DeviceInner {
     fn poll_own_slot(&self, slot: u32, correlation: u64) -> Option<Option<Result<Reply, DeviceError>>> {
         let mut st = self.poll.try_lock()?;
         let st = &mut *st;
-        let (head, released) = (&mut st.outbox_heads[slot as usize], &mut st.outbox_released[slot as usize]);
-        if let Some(lone) = self.take_lone_own_reply(st.event_head, &st.held, (head, released), slot, correlation) {
+        let outbox = &mut st.outboxes[slot as usize];
+        if let Some(lone) = self.take_lone_own_reply(st.event_head, &st.held, outbox, slot, correlation) {
             return Some(lone);
         }
         st.sweep.clear();
         self.read_events(&mut st.event_head, &mut st.sweep);
         st.sweep.push(slot);
-        let PollState { sweep, outbox_heads, outbox_released, held, .. } = st;
+        let PollState { sweep, outboxes, held, .. } = st;
         let mut own = OwnReply { correlation, answer: None };
         for &s in sweep.iter() {
             let own = if s == slot { Some(&mut own) } else { None };
-            let cursor = (&mut outbox_heads[s as usize], &mut outbox_released[s as usize]);
-            self.drain_outbox(s, cursor, held, own);
+            self.drain_outbox(s, &mut outboxes[s as usize], held, own);
         }
         Some(own.answer)
     }
@@ -420,7 +417,7 @@ impl DeviceInner {
 
     /// Reads events and outboxes once. Returns true if it found anything.
     pub(super) fn poll_once(&self, st: &mut PollState) -> bool {
-        let PollState { sweep, outbox_heads, outbox_released, event_head, held, .. } = st;
+        let PollState { sweep, outboxes, event_head, held, .. } = st;
         sweep.clear();
         // outboxes whose routed message waits for room in its target's inbox are tried again each time
         sweep.extend(held.iter().map(|&(slot, _)| slot));
@@ -429,8 +426,7 @@ impl DeviceInner {
             sweep.extend(0..self.grid.slot_count());
         }
         for &slot in sweep.iter() {
-            let cursor = (&mut outbox_heads[slot as usize], &mut outbox_released[slot as usize]);
-            work |= self.drain_outbox(slot, cursor, held, None);
+            work |= self.drain_outbox(slot, &mut outboxes[slot as usize], held, None);
         }
         work
     }
